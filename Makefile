@@ -1,0 +1,32 @@
+# hami-py developer entry points. Everything runs inside .venv, created on demand.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+PLUGIN_DIRS := $(sort $(dir $(wildcard plugins/*/pyproject.toml)))
+STAMP  := $(VENV)/.installed
+
+.PHONY: setup test lint demo bench clean
+
+setup: $(STAMP)
+
+# Reinstall when any distribution's metadata changes (new plugin, new dependency).
+$(STAMP): pyproject.toml $(wildcard plugins/*/pyproject.toml)
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]' \
+		$(foreach p,$(PLUGIN_DIRS),-e '$(p:/=)[test]')
+	touch $@
+
+lint: setup
+	$(BIN)/ruff check .
+
+test: lint
+	$(BIN)/pytest
+
+demo: setup
+	$(BIN)/hami simulate
+
+bench: setup
+	$(BIN)/python benchmarks/bench_schedule.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info plugins/*/*.egg-info .pytest_cache .ruff_cache

@@ -1,0 +1,296 @@
+"""The hami plugin contract: every ``hami_*`` hook, with its docstring as the reference manual.
+
+A plugin is a module (or object) with functions decorated by :data:`hami_core.hookimpl` whose names
+match the specs below. Implementations may accept a subset of a spec's arguments; arguments are always
+passed by keyword. Hooks marked *firstresult* stop at the first non-``None`` result, so a plugin must
+return ``None`` for backends it does not own (``backend.plugin`` or ``backend.name`` tell which).
+
+The hot path (one scheduling decision) makes a constant number of hook calls per pod: requests are
+generated once per container and backend, and the filter and score hooks receive **every** candidate
+node at once. Node-side hooks live in their own section and import nothing heavy, so a scheduler-only
+embedding never loads gRPC or NVML.
+
+Phases: registration → inventory → admission → requests → filter → score → reserve/bind → node side.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, MutableMapping, Sequence
+
+    from hami_core.plugins.types import (
+        ContainerAllocation,
+        ContainerDevice,
+        ContainerRequests,
+        DeviceBackend,
+        DeviceInfo,
+        DeviceRequest,
+        FitCandidate,
+        FitResult,
+        GpuPolicy,
+        HealthReport,
+        LockSpec,
+        Mutation,
+        NodeScore,
+        PodSingleDevice,
+        ScoreCandidate,
+    )
+
+PROJECT_NAME = "hami"
+_hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+
+# ---------------------------------------------------------------------------------------------- #
+# Registration                                                                                   #
+# ---------------------------------------------------------------------------------------------- #
+
+
+@_hookspec
+def hami_device_backends(config: Mapping[str, Any]) -> Iterable[DeviceBackend] | None:
+    """Declare the vendor backends this plugin provides.
+
+    Phase: registration, once per engine. ``config`` is the whole device configuration (the
+    ``device-config.yaml`` mapping: ``nvidia:``, ``cambricon:``, ``iluvatars:``, ``vnpus:`` ...). A plugin
+    reads and validates its own section (raising :class:`~hami_core.plugins.errors.ConfigError` that names
+    the field) and returns one :class:`DeviceBackend` per backend it enables (Iluvatar: one per chip).
+    Return ``None`` or ``[]`` to enable none. Two backends with the same ``name`` are a contract error.
+
+    :returns: an iterable of :class:`DeviceBackend`.
+
+    Example::
+
+        @hookimpl
+        def hami_device_backends(config):
+            section = MyConfig.model_validate(config.get("acme") or {})
+            return [DeviceBackend(name="ACME", vendor="acme", resource_names=ResourceNames("acme.com/npu"),
+                                  config=section)]
+    """
+
+
+# ---------------------------------------------------------------------------------------------- #
+# Inventory (outside the scheduling cycle: node add/update, the registration loop)              #
+# ---------------------------------------------------------------------------------------------- #
+
+
+@_hookspec(firstresult=True)
+def hami_node_devices(backend: DeviceBackend, node: Mapping[str, Any]) -> Sequence[DeviceInfo] | None:
+    """Parse a Kubernetes Node (plain JSON dict) into this backend's devices (HAMi ``GetNodeDevices``).
+
+    Phase: inventory. Stops at the first non-``None`` result. Return ``None`` for a backend you do not
+    own and ``[]`` when the node carries no registration for it (not an error: the node simply has
+    none of these devices). Raise :class:`~hami_core.plugins.errors.WireFormatError` naming the
+    annotation when the registration is malformed; the engine then keeps the node's previous devices
+    for this backend and reports the error.
+
+    :returns: the devices, each with ``vendor`` left empty (the engine stamps it).
+
+    Example::
+
+        @hookimpl
+        def hami_node_devices(backend, node):
+            if backend.name != "ACME":
+                return None
+            raw = node["metadata"].get("annotations", {}).get(backend.register_annotation)
+            return [] if raw is None else decode_node_devices(raw)
+    """
+
+
+@_hookspec(firstresult=True)
+def hami_node_health(
+    backend: DeviceBackend,
+    node: Mapping[str, Any],
+    devices: Sequence[DeviceInfo],
+    now: float,
+    state: MutableMapping[str, Any],
+) -> HealthReport | None:
+    """Decide whether the node's registration for this backend is alive (HAMi ``CheckHealth``).
+
+    Phase: inventory, after :func:`hami_node_devices`. Stops at the first non-``None`` result; when no
+    plugin answers, the default plugin applies HAMi's generic handshake rule (spec §9.2): a
+    ``Requesting_<time>`` mark older than 60 s with no allocatable devices is stale. ``now`` is the
+    engine clock (Unix seconds); ``state`` a per-engine, per-backend scratch mapping for bookkeeping
+    across calls (NVIDIA remembers the last allocatable count and register annotation per node).
+    A report with ``healthy=False`` drops the backend's devices from the node.
+
+    :returns: :class:`HealthReport`; its ``annotations`` are a merge patch the caller writes to the Node.
+    """
+
+
+@_hookspec
+def hami_node_removed(backend: DeviceBackend, node_name: str, state: MutableMapping[str, Any]) -> None:
+    """Forget per-node bookkeeping when a node leaves or turns unhealthy (HAMi ``NodeCleanUp``).
+
+    Phase: inventory. Called for every backend; must be idempotent and must not raise. Returns nothing.
+    """
+
+
+# ---------------------------------------------------------------------------------------------- #
+# Admission (mutating webhook, before the pod reaches kube-scheduler)                           #
+# ---------------------------------------------------------------------------------------------- #
+
+
+@_hookspec(firstresult=True)
+def hami_mutate_container(
+    backend: DeviceBackend, pod: dict[str, Any], container: dict[str, Any]
+) -> Mutation | None:
+    """Apply this backend's admission defaults to one container (HAMi ``MutateAdmission``).
+
+    Phase: admission; called for every init container, then every app container, for every backend.
+    ``pod`` and ``container`` are the engine's private copies and may be changed in place (limits,
+    env, ``spec.runtimeClassName``). Stops at the first non-``None`` result. Raise
+    :class:`~hami_core.plugins.errors.AdmissionFailed` to reject the pod with an error that names the
+    container and resource.
+
+    :returns: :class:`Mutation` telling whether the container requests this backend.
+    """
+
+
+# ---------------------------------------------------------------------------------------------- #
+# Requests (PreFilter)                                                                           #
+# ---------------------------------------------------------------------------------------------- #
+
+
+@_hookspec(firstresult=True)
+def hami_container_request(
+    backend: DeviceBackend, pod: Mapping[str, Any], container: Mapping[str, Any]
+) -> DeviceRequest | None:
+    """Turn one container's resources into a request for this backend (``GenerateResourceRequests``).
+
+    Phase: requests, once per container and backend per scheduling decision. Stops at the first
+    non-``None`` result; return ``None`` when the container does not use the backend (HAMi's
+    ``Nums == 0``), including when its quantities are unusable (HAMi drops such requests).
+
+    :returns: :class:`DeviceRequest` with ``backend`` set to ``backend.name``.
+    """
+
+
+# ---------------------------------------------------------------------------------------------- #
+# Filter (batched over candidate nodes)                                                          #
+# ---------------------------------------------------------------------------------------------- #
+
+
+@_hookspec(firstresult=True)
+def hami_filter_nodes(
+    backend: DeviceBackend,
+    pod: Mapping[str, Any],
+    request: DeviceRequest,
+    candidates: Sequence[FitCandidate],
+    policy: GpuPolicy,
+) -> Sequence[FitResult] | None:
+    """Fit one container's request onto each candidate node's devices (HAMi ``Fit``), all nodes at once.
+
+    Phase: filter; one call per container and requested backend, whatever the number of nodes.
+    Each candidate's ``devices`` are sorted by the GPU policy with the preferred device **last**; walk
+    them from the end, as HAMi does. The standard checklist is
+    :func:`hami_core.engine.fit.standard_fit`; vendors call it with their own rules. Stops at the first
+    non-``None`` result, so a non-vendor plugin that wants to veto nodes wraps this hook
+    (``@hookimpl(wrapper=True)``) and edits the results.
+
+    :returns: one :class:`FitResult` per candidate, in the same order.
+    """
+
+
+# ---------------------------------------------------------------------------------------------- #
+# Score (batched over feasible nodes)                                                            #
+# ---------------------------------------------------------------------------------------------- #
+
+
+@_hookspec
+def hami_score_nodes(
+    pod: Mapping[str, Any], candidates: Sequence[ScoreCandidate], policy: GpuPolicy
+) -> Sequence[NodeScore | None] | None:
+    """Score every feasible node (HAMi ``ComputeDefaultScore`` + ``ScoreNode``).
+
+    Phase: score; one call per pod. Every plugin may answer; the engine adds up all answers per node
+    (``None`` for a node or for the whole call contributes nothing). Values are raw, "higher is
+    better"; the engine applies the node policy (binpack picks the highest total, spread the
+    lowest). A ``NodeScore(neutral=True)`` is multiplied by +10000 under binpack and -10000 under
+    spread. The default plugin contributes HAMi's default score from ``candidate.totals``.
+
+    :returns: one :class:`NodeScore` (or ``None``) per candidate, in order, or ``None``.
+    """
+
+
+# ---------------------------------------------------------------------------------------------- #
+# Reserve / bind                                                                                  #
+# ---------------------------------------------------------------------------------------------- #
+
+
+@_hookspec
+def hami_allocation_annotations(
+    backend: DeviceBackend, pod: Mapping[str, Any], devices: PodSingleDevice
+) -> Mapping[str, str] | None:
+    """Pod annotations that record this backend's devices for the chosen node (``PatchAnnotations``).
+
+    Phase: after a node is chosen, once per backend the pod uses. ``devices`` has one entry per pod
+    container (init first), empty for containers without this backend. Every plugin may answer and
+    the answers are merged (later plugins win on equal keys); the default plugin writes the
+    backend's ``to_allocate_annotation`` and ``allocated_annotation`` in HAMi's encoding.
+
+    :returns: a mapping of annotation key to value, or ``None``.
+    """
+
+
+@_hookspec(firstresult=True)
+def hami_decode_allocation(backend: DeviceBackend, pod: Mapping[str, Any]) -> PodSingleDevice | None:
+    """Read back the devices a scheduled pod holds on this backend, to rebuild usage after a restart.
+
+    Phase: inventory (pod add/update). Stops at the first non-``None`` result; the default plugin
+    decodes ``backend.allocated_annotation``. Return ``None`` when the pod holds nothing of this
+    backend; raise :class:`~hami_core.plugins.errors.WireFormatError` when the value cannot be decoded
+    (the engine then quarantines the node rather than silently losing the allocation).
+
+    :returns: one tuple of devices per container position.
+    """
+
+
+@_hookspec(firstresult=True)
+def hami_node_lock(backend: DeviceBackend, pod: Mapping[str, Any], requests: ContainerRequests) -> LockSpec | None:
+    """The node lock bind must hold for this pod and backend (HAMi ``LockNode``/``ReleaseNodeLock``).
+
+    Phase: bind. Stops at the first non-``None`` result; the default plugin (``trylast``) returns
+    ``LockSpec(backend.lock_annotation)`` when an **app** container requests the backend (HAMi does not
+    lock for init-only pods). Return ``None`` for "no lock needed". The cluster adapter performs the
+    compare-and-swap on the Node.
+
+    :returns: :class:`LockSpec` or ``None``.
+    """
+
+
+@_hookspec
+def hami_pod_bound(pod: Mapping[str, Any], node: str) -> None:
+    """Event: the pod was bound to ``node``. For metrics and audit; return values are ignored."""
+
+
+# ---------------------------------------------------------------------------------------------- #
+# Node side (device plugin). Declared here; implemented by vendors with a device plugin.         #
+# ---------------------------------------------------------------------------------------------- #
+
+
+@_hookspec(firstresult=True)
+def hami_discover_devices(backend: DeviceBackend) -> Sequence[DeviceInfo] | None:
+    """Discover this backend's devices on the local node (NVML for NVIDIA) for registration.
+
+    Phase: node side. Stops at the first non-``None`` result. Must not crash the process when the
+    driver is missing: return ``[]`` and log.
+
+    :returns: the devices to advertise and register.
+    """
+
+
+@_hookspec(firstresult=True)
+def hami_allocate(
+    backend: DeviceBackend, pod: Mapping[str, Any], container_index: int, devices: Sequence[ContainerDevice]
+) -> ContainerAllocation | None:
+    """Build what kubelet's ``Allocate`` returns for one container (env, mounts, device nodes).
+
+    Phase: node side. ``devices`` are the container's entries popped from the to-allocate annotation.
+    Stops at the first non-``None`` result.
+
+    :returns: :class:`ContainerAllocation`.
+    """

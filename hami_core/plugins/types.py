@@ -1,0 +1,458 @@
+"""Objects exchanged between hami-core and its plugins.
+
+Results that plugins return are frozen, slotted dataclasses validated in ``__post_init__`` (a bad value
+raises :class:`PluginError` naming the field). Inputs that the engine hands to plugins on the hot path
+(:class:`DeviceUsage`, :class:`FitCandidate`, :class:`ScoreCandidate`) are slotted but mutable for speed;
+plugins must treat them as read-only.
+
+Units follow HAMi: memory in MiB, cores in percent of one card (100 = whole card), ``count`` is the split
+count (how many tasks may share a device).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from hami_core.plugins.errors import PluginError
+
+#: ``DeviceRequest.mem_percentage`` value meaning "not set" (HAMi's sentinel).
+MEM_PERCENTAGE_UNSET = 101
+
+
+class FilterCode(enum.Enum):
+    """Outcome of fitting a request onto one node, as in the kube-scheduler framework."""
+
+    SUCCESS = "Success"
+    UNSCHEDULABLE = "Unschedulable"
+    UNSCHEDULABLE_AND_UNRESOLVABLE = "UnschedulableAndUnresolvable"
+    ERROR = "Error"
+    SKIP = "Skip"
+
+
+def _require(cond: bool, owner: str, message: str) -> None:
+    if not cond:
+        raise PluginError(f"{owner}: {message}")
+
+
+# --------------------------------------------------------------------------------------------------
+# Registration
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceNames:
+    """Extended-resource names a backend reads from containers (HAMi ``GetResourceNames``).
+
+    ``memory_factor`` scales the memory quantity into MiB (Cambricon 256, Mthreads 512, ...).
+    Empty names mean "this backend has no such resource".
+    """
+
+    count: str
+    memory: str = ""
+    memory_percentage: str = ""
+    cores: str = ""
+    priority: str = ""
+    memory_factor: int = 1
+
+    def __post_init__(self) -> None:
+        _require(bool(self.count), "ResourceNames", "count resource name must not be empty")
+        _require(self.memory_factor >= 1, "ResourceNames", f"memory_factor must be >= 1, got {self.memory_factor}")
+
+    def all(self) -> tuple[str, ...]:
+        """Every non-empty resource name, count first."""
+        names = (self.count, self.memory, self.memory_percentage, self.cores, self.priority)
+        return tuple(n for n in names if n)
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceBackend:
+    """One vendor backend: the static facts of HAMi's ``Devices`` implementation.
+
+    ``name`` is HAMi's common word (``NVIDIA``, ``MLU``, ``Ascend910B3``): the request ``Type``, the key
+    of pod allocations and the word every registered device ``type`` contains. ``vendor`` is the short
+    plugin name (``nvidia``). Annotation keys that a backend does not use stay ``None``.
+    """
+
+    name: str
+    vendor: str
+    resource_names: ResourceNames
+    register_annotation: str | None = None
+    handshake_annotation: str | None = None
+    to_allocate_annotation: str | None = None
+    allocated_annotation: str | None = None
+    use_type_annotation: str | None = None
+    nouse_type_annotation: str | None = None
+    use_uuid_annotation: str | None = None
+    nouse_uuid_annotation: str | None = None
+    lock_annotation: str | None = None
+    config: Any = field(default=None, compare=False, repr=False)
+    #: Filled in by the plugin manager: the name of the plugin that registered this backend.
+    plugin: str = ""
+
+    def __post_init__(self) -> None:
+        _require(bool(self.name) and "," not in self.name and ":" not in self.name and ";" not in self.name,
+                 "DeviceBackend", f"name {self.name!r} must be non-empty and free of ',', ':' and ';'")
+        _require(bool(self.vendor), f"DeviceBackend {self.name!r}", "vendor must not be empty")
+        _require(isinstance(self.resource_names, ResourceNames), f"DeviceBackend {self.name!r}",
+                 "resource_names must be a ResourceNames")
+
+
+# --------------------------------------------------------------------------------------------------
+# Inventory
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """A MIG placement: GPU slices ``[start, start + size)``."""
+
+    start: int
+    size: int
+
+    def overlaps(self, other: Placement) -> bool:
+        return self.start < other.start + other.size and other.start < self.start + self.size
+
+
+@dataclass(frozen=True, slots=True)
+class MigProfile:
+    """A MIG profile a device may host (``migProfiles`` in the NVIDIA registration)."""
+
+    name: str
+    memory_mb: int
+    core: int
+    slice_count: int
+    placements: tuple[Placement, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceInfo:
+    """One device as registered by a node (HAMi ``DeviceInfo``)."""
+
+    id: str
+    index: int = 0
+    count: int = 0
+    devmem: int = 0
+    devcore: int = 0
+    type: str = ""
+    numa: int = 0
+    mode: str = ""
+    health: bool = False
+    mig_profiles: tuple[MigProfile, ...] = ()
+    custom_info: Mapping[str, Any] | None = None
+    #: Backend name (common word) that owns the device; set by the engine.
+    vendor: str = ""
+    #: Topology pair scores to other devices on the node (``hami.io/node-nvidia-score``).
+    pair_scores: Mapping[str, int] | None = None
+
+    def __post_init__(self) -> None:
+        owner = f"DeviceInfo {self.id!r}"
+        _require(bool(self.id), "DeviceInfo", "id must not be empty")
+        _require(self.index >= 0, owner, f"index must be >= 0, got {self.index}")
+        for name in ("count", "devmem", "devcore"):
+            _require(getattr(self, name) >= 0, owner, f"{name} must be >= 0, got {getattr(self, name)}")
+
+
+class DeviceUsage:
+    """A device plus what is booked on it. Built and updated by the engine; read-only for plugins."""
+
+    __slots__ = ("count", "health", "id", "index", "info", "mode", "numa", "totalcore", "totalmem", "type",
+                 "used", "usedcores", "usedmem")
+
+    def __init__(self, info: DeviceInfo, used: int = 0, usedmem: int = 0, usedcores: int = 0) -> None:
+        self.info = info
+        self.id = info.id
+        self.index = info.index
+        self.count = info.count
+        self.totalmem = info.devmem
+        self.totalcore = info.devcore
+        self.type = info.type
+        self.numa = info.numa
+        self.mode = info.mode
+        self.health = info.health
+        self.used = used
+        self.usedmem = usedmem
+        self.usedcores = usedcores
+
+    def copy(self) -> DeviceUsage:
+        dup = DeviceUsage.__new__(DeviceUsage)
+        for name in DeviceUsage.__slots__:
+            setattr(dup, name, getattr(self, name))
+        return dup
+
+    def __repr__(self) -> str:
+        return (f"DeviceUsage({self.id!r}, used={self.used}/{self.count}, mem={self.usedmem}/{self.totalmem}, "
+                f"cores={self.usedcores}/{self.totalcore})")
+
+
+@dataclass(frozen=True, slots=True)
+class HealthReport:
+    """Result of ``hami_node_health``: HAMi's ``CheckHealth`` ``(healthy, needUpdate)`` plus side effects.
+
+    ``annotations`` is a merge patch for the Node that the caller applies (value ``None`` deletes the
+    key), for example the scheduler's ``Requesting_<time>`` handshake mark.
+    """
+
+    healthy: bool
+    need_update: bool = True
+    annotations: Mapping[str, str | None] = field(default_factory=dict)
+    reason: str = ""
+
+
+class NodeView(Protocol):
+    """What plugins may read about a node in the hot path (the engine's node state implements it)."""
+
+    name: str
+    annotations: Mapping[str, str]
+    labels: Mapping[str, str]
+    allocatable: Mapping[str, str]
+    devices: Mapping[str, Sequence[DeviceUsage]]
+
+
+# --------------------------------------------------------------------------------------------------
+# Admission and requests
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Mutation:
+    """Result of ``hami_mutate_container``: whether the container requests this backend."""
+
+    requested: bool
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceRequest:
+    """What one container asks of one backend (HAMi ``ContainerDeviceRequest``).
+
+    ``mem_percentage`` is 0..100, or :data:`MEM_PERCENTAGE_UNSET` (101) when not given.
+    """
+
+    backend: str
+    nums: int
+    memreq: int = 0
+    mem_percentage: int = MEM_PERCENTAGE_UNSET
+    coresreq: int = 0
+
+    def __post_init__(self) -> None:
+        owner = f"DeviceRequest({self.backend!r})"
+        _require(self.nums > 0, owner, f"nums must be > 0, got {self.nums}")
+        _require(self.memreq >= 0, owner, f"memreq must be >= 0, got {self.memreq}")
+        _require(self.coresreq >= 0, owner, f"coresreq must be >= 0, got {self.coresreq}")
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerRequests:
+    """Every container's requests for one pod: ``containers[i]`` maps backend name → request.
+
+    Positions follow HAMi: init containers first (``init_count`` of them), then app containers.
+    """
+
+    containers: tuple[Mapping[str, DeviceRequest], ...]
+    init_count: int = 0
+    names: tuple[str, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return not any(self.containers)
+
+    def backends(self) -> tuple[str, ...]:
+        return tuple(sorted({b for c in self.containers for b in c}))
+
+    def is_init(self, position: int) -> bool:
+        return position < self.init_count
+
+
+# --------------------------------------------------------------------------------------------------
+# Filter and score
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerDevice:
+    """One device assigned to one container (HAMi ``ContainerDevice``).
+
+    ``type`` is the backend name as written on the wire. ``idx`` (device index) and ``custom_info`` are
+    in-memory only; ``slots`` is set on collapsed usage (how many tasks the entry stands for).
+    """
+
+    uuid: str
+    type: str
+    usedmem: int
+    usedcores: int
+    idx: int = -1
+    slots: int = 0
+    custom_info: Mapping[str, Any] | None = field(default=None, compare=False)
+
+
+#: One pod's devices for one backend: position = container (init first) → its devices.
+PodSingleDevice = tuple[tuple[ContainerDevice, ...], ...]
+#: Backend name → :data:`PodSingleDevice`.
+PodDevices = Mapping[str, PodSingleDevice]
+
+
+@dataclass(frozen=True, slots=True)
+class GpuPolicy:
+    """The effective per-pod scheduling policy.
+
+    ``node`` is the node policy (``binpack`` or ``spread``, or a plugin policy such as ``fgd``); ``gpu``
+    the raw GPU policy string and ``gpu_tokens`` its comma-separated tokens (``binpack``, ``spread``,
+    ``numa``, ``mutex``, ``topology-aware``). ``weights`` are the device-score weights (slot, core,
+    memory). ``numa_bind`` is set by the engine from the requesting backends (NVIDIA's
+    ``nvidia.com/numa-bind``).
+    """
+
+    node: str = "binpack"
+    gpu: str = "spread"
+    gpu_tokens: tuple[str, ...] = ("spread",)
+    weights: tuple[int, int, int] = (1, 1, 1)
+    numa_bind: bool = False
+
+    def has(self, token: str) -> bool:
+        return token in self.gpu_tokens
+
+
+class FitCandidate:
+    """One node offered to ``hami_filter_nodes``.
+
+    ``devices`` are this backend's devices on the node, already sorted by the GPU policy (the preferred
+    device is **last**, as in HAMi) and carrying the usage booked so far, including earlier containers
+    of the same pod. ``allocated`` is what earlier containers of this pod already got on this node
+    (backend name → one tuple per earlier container), for per-pod checks such as quota.
+    """
+
+    __slots__ = ("allocated", "devices", "node")
+
+    def __init__(self, node: NodeView, devices: Sequence[DeviceUsage],
+                 allocated: Mapping[str, Sequence[Sequence[ContainerDevice]]]) -> None:
+        self.node = node
+        self.devices = devices
+        self.allocated = allocated
+
+
+@dataclass(frozen=True, slots=True)
+class FitResult:
+    """Outcome of fitting one container request on one node.
+
+    On success ``devices`` are the chosen devices (booked by the engine: ``used + 1``, ``usedmem``,
+    ``usedcores``). Otherwise ``reasons`` holds HAMi reason items such as
+    ``"1/2 CardInsufficientMemory"``; the engine joins them with ``", "``.
+    """
+
+    code: FilterCode
+    devices: tuple[ContainerDevice, ...] = ()
+    reasons: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.code is FilterCode.SUCCESS:
+            _require(bool(self.devices), "FitResult", "SUCCESS needs at least one device")
+        elif self.code is not FilterCode.SKIP:
+            _require(bool(self.reasons), "FitResult", f"{self.code.value} needs at least one reason")
+
+    @property
+    def ok(self) -> bool:
+        return self.code is FilterCode.SUCCESS
+
+    @property
+    def reason(self) -> str:
+        return ", ".join(self.reasons)
+
+    @classmethod
+    def success(cls, devices: Sequence[ContainerDevice]) -> FitResult:
+        return cls(FilterCode.SUCCESS, tuple(devices))
+
+    @classmethod
+    def unschedulable(cls, *reasons: str) -> FitResult:
+        return cls(FilterCode.UNSCHEDULABLE, (), tuple(reasons))
+
+
+@dataclass(frozen=True, slots=True)
+class UsageTotals:
+    """Sums over every device of a node (all backends), as HAMi's ``ComputeDefaultScore`` uses them."""
+
+    used: int = 0
+    count: int = 0
+    usedcores: int = 0
+    totalcore: int = 0
+    usedmem: int = 0
+    totalmem: int = 0
+
+
+class ScoreCandidate:
+    """One feasible node offered to ``hami_score_nodes``.
+
+    ``assignment`` is the pod's chosen devices on this node (backend → per-container devices);
+    ``previous`` the node's device usage before this pod's app containers (HAMi's snapshot);
+    ``totals`` the node-wide sums before this pod.
+    """
+
+    __slots__ = ("assignment", "node", "previous", "totals")
+
+    def __init__(self, node: NodeView, assignment: PodDevices, previous: Mapping[str, Sequence[DeviceUsage]],
+                 totals: UsageTotals) -> None:
+        self.node = node
+        self.assignment = assignment
+        self.previous = previous
+        self.totals = totals
+
+
+@dataclass(frozen=True, slots=True)
+class NodeScore:
+    """A raw "higher is better" node score from one plugin.
+
+    ``neutral=True`` declares the value policy-independent (HAMi ``PolicyNeutralScore``): the engine
+    multiplies it by +10000 under binpack and -10000 under spread. Otherwise the value is added as is.
+    """
+
+    value: float
+    neutral: bool = False
+
+
+# --------------------------------------------------------------------------------------------------
+# Bind
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LockSpec:
+    """The node lock a backend needs before binding a pod.
+
+    ``annotation`` is the node annotation (``hami.io/mutex.lock`` for most vendors); ``owned`` whether
+    the value carries the owner pod (``<RFC3339>,<ns>,<name>``) or only a time (Cambricon);
+    ``expiry_s`` overrides the operator's lock timeout (Cambricon: 120 s).
+    """
+
+    annotation: str
+    owned: bool = True
+    expiry_s: float | None = None
+
+
+# --------------------------------------------------------------------------------------------------
+# Node side
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Mount:
+    container_path: str
+    host_path: str
+    read_only: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceSpec:
+    container_path: str
+    host_path: str
+    permissions: str = "rw"
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerAllocation:
+    """What the device plugin's ``Allocate`` hands to one container: env, mounts, device nodes."""
+
+    env: Mapping[str, str] = field(default_factory=dict)
+    mounts: tuple[Mount, ...] = ()
+    devices: tuple[DeviceSpec, ...] = ()
+    annotations: Mapping[str, str] = field(default_factory=dict)
