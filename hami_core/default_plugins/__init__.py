@@ -1,0 +1,11 @@
+"""Built-in plugins: HAMi's generic behaviour, registered before any vendor and held to the same contract.
+
+Vendors override them by answering first (they are ``trylast``) or, for merged hooks, by adding keys.
+"""
+
+DEFAULT_PLUGINS: tuple[str, ...] = (
+    "hami_core.default_plugins.health",
+    "hami_core.default_plugins.codec",
+    "hami_core.default_plugins.lock",
+    "hami_core.default_plugins.score",
+)

@@ -1,0 +1,112 @@
+"""Engine configuration: HAMi's device-config.yaml shape plus a ``scheduler:`` section for defaults.
+
+Vendor sections (``nvidia:``, ``cambricon:``, ``iluvatars:``, ``vnpus:`` ...) are validated by the vendor
+plugins that own them; this module validates the file's overall shape and the ``scheduler:`` section.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from hami_core.engine.policy import validate_gpu_policy
+from hami_core.plugins.errors import ConfigError
+from hami_core.wire import keys
+
+log = logging.getLogger("hami.config")
+
+#: Top-level sections of HAMi's device-config.yaml (spec §10.1).
+HAMI_SECTIONS = frozenset({"nvidia", "cambricon", "hygon", "metax", "mthreads", "iluvatars", "enflame", "kunlun",
+                           "awsneuron", "amd", "vastai", "biren", "vnpus"})
+
+#: Used when a configuration names no device section at all (HAMi's built-in test default is NVIDIA).
+DEFAULT_DEVICE_CONFIG: dict[str, Any] = {"nvidia": {}}
+
+
+class SchedulerConfig(BaseModel):
+    """The ``scheduler:`` section: HAMi's scheduler flags that shape decisions (spec §10.2)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+    scheduler_name: str = Field(keys.DEFAULT_SCHEDULER_NAME, alias="schedulerName")
+    node_scheduler_policy: str = Field("binpack", alias="nodeSchedulerPolicy")
+    gpu_scheduler_policy: str = Field("spread", alias="gpuSchedulerPolicy")
+    force_overwrite_default_scheduler: bool = Field(True, alias="forceOverwriteDefaultScheduler")
+    node_lock_timeout: float = Field(300.0, alias="nodeLockTimeout", gt=0)
+
+    @field_validator("node_scheduler_policy")
+    @classmethod
+    def _node_policy(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("must not be empty")
+        return v.strip()
+
+    @field_validator("gpu_scheduler_policy")
+    @classmethod
+    def _gpu_policy(cls, v: str) -> str:
+        try:
+            return validate_gpu_policy(v, field="gpuSchedulerPolicy")
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+
+
+def pydantic_error(section: str, exc: ValidationError) -> ConfigError:
+    """A :class:`ConfigError` naming every offending field as ``section.field``."""
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in (section, *err["loc"]) if p != "")
+        parts.append(f"{loc}: {err['msg']}")
+    return ConfigError("invalid configuration: " + "; ".join(parts))
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """Validated configuration: the raw device sections (for plugins) and the scheduler defaults."""
+
+    devices: Mapping[str, Any] = field(default_factory=lambda: dict(DEFAULT_DEVICE_CONFIG))
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    source: str = "<default>"
+
+
+def load_config(config: Mapping[str, Any] | str | Path | EngineConfig | None) -> EngineConfig:
+    """Read and validate a configuration: a mapping, a YAML file path, or ``None`` for the defaults."""
+    if isinstance(config, EngineConfig):
+        return config
+    source = "<mapping>"
+    if config is None:
+        return EngineConfig()
+    if isinstance(config, str | Path):
+        path = Path(config)
+        source = str(path)
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
+        config = data if data is not None else {}
+    if not isinstance(config, Mapping):
+        raise ConfigError(f"{source}: the configuration must be a mapping of sections, got {type(config).__name__}")
+    raw = dict(config)
+    sched_raw = raw.pop("scheduler", None) or {}
+    if not isinstance(sched_raw, Mapping):
+        raise ConfigError(f"scheduler: must be a mapping, got {type(sched_raw).__name__}")
+    try:
+        scheduler = SchedulerConfig.model_validate(dict(sched_raw))
+    except ValidationError as exc:
+        raise pydantic_error("scheduler", exc) from None
+    for key in raw:
+        if not isinstance(key, str):
+            raise ConfigError(f"{source}: section names must be strings, got {key!r}")
+        if key not in HAMI_SECTIONS:
+            log.warning("config %s: section %r is not a HAMi device section; only a plugin that reads it uses it",
+                        source, key)
+    # A section present with an empty body (`nvidia:`) means "enabled with defaults".
+    devices = {k: (v if v is not None else {}) for k, v in raw.items()} or dict(DEFAULT_DEVICE_CONFIG)
+    return EngineConfig(devices=devices, scheduler=scheduler, source=source)

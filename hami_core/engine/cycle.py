@@ -1,0 +1,224 @@
+"""One scheduling decision: fit every container on every candidate node, score, choose (spec §6-§7).
+
+The cycle never changes engine state. Usage of earlier containers of the same pod is tracked in
+copy-on-write overrides per node, so a one-container pod touches no device object at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from hami_core.engine.decision import Decision
+from hami_core.engine.inventory import NodeState
+from hami_core.engine.ledger import Booking
+from hami_core.engine.policy import sort_devices
+from hami_core.plugins.errors import PluginError
+from hami_core.plugins.types import (
+    ContainerDevice,
+    ContainerRequests,
+    DeviceBackend,
+    DeviceUsage,
+    FitCandidate,
+    FitResult,
+    GpuPolicy,
+    NodeScore,
+    ScoreCandidate,
+    UsageTotals,
+)
+from hami_core.wire import keys
+from hami_core.wire.reasons import Reason
+
+DEVICE_TYPE_NOT_FOUND = "Device type not found"
+NEUTRAL_SCORE_FACTOR = 10000.0
+
+
+class Cycle:
+    """State of one :meth:`Engine.schedule` call."""
+
+    def __init__(self, *, hook: Any, backends: Mapping[str, DeviceBackend], pod: Mapping[str, Any], key: str,
+                 requests: ContainerRequests, policy: GpuPolicy, own: Booking | None) -> None:
+        self.hook = hook
+        self.backends = backends
+        self.pod = pod
+        self.key = key
+        self.requests = requests
+        self.policy = policy
+        self.own = own
+        self.failed: dict[str, str] = {}
+        positions = len(requests.containers)
+        self.positions = positions
+        # node → backend → per-position devices chosen so far
+        self.alloc: dict[str, dict[str, list[tuple[ContainerDevice, ...]]]] = {}
+        # node → uuid → usage copy: ``base`` removes the pod's own earlier reservation (re-scheduling),
+        # ``app`` adds this pod's app containers as they are placed.
+        self.base: dict[str, dict[str, DeviceUsage]] = {}
+        self.app: dict[str, dict[str, DeviceUsage]] = {}
+
+    # ----------------------------------------------------------------------------------- setup
+    def exclude_own(self, state: NodeState) -> None:
+        """Re-scheduling: evaluate ``state`` as if the pod's previous reservation were gone."""
+        if self.own is None or self.own.node != state.name:
+            return
+        overrides: dict[str, DeviceUsage] = {}
+        for devs in self.own.devices.values():
+            for d in devs:
+                usage = state.by_uuid.get(d.uuid)
+                if usage is None:
+                    continue
+                copy = overrides.setdefault(d.uuid, usage.copy())
+                copy.used -= max(d.slots, 1)
+                copy.usedmem -= d.usedmem
+                copy.usedcores -= d.usedcores
+        self.base[state.name] = overrides
+
+    def totals(self, state: NodeState) -> UsageTotals:
+        totals = state.totals()
+        if self.own is None or self.own.node != state.name:
+            return totals
+        used = mem = cores = 0
+        for devs in self.own.devices.values():
+            for d in devs:
+                if d.uuid in state.by_uuid:
+                    used += max(d.slots, 1)
+                    mem += d.usedmem
+                    cores += d.usedcores
+        return UsageTotals(totals.used - used, totals.count, totals.usedcores - cores, totals.totalcore,
+                           totals.usedmem - mem, totals.totalmem)
+
+    def _devices(self, state: NodeState, backend: str, *, init: bool) -> list[DeviceUsage]:
+        devs = state.devices.get(backend, [])
+        overrides = self.base.get(state.name) if init else self.app.get(state.name, self.base.get(state.name))
+        if overrides:
+            return [overrides.get(d.id, d) for d in devs]
+        return devs
+
+    # ----------------------------------------------------------------------------------- filter
+    def fit(self, alive: list[NodeState]) -> list[NodeState]:
+        """Place every container in order; returns the nodes where all of them fit."""
+        reqs = self.requests
+        for pos, container in enumerate(reqs.containers):
+            if not container:
+                continue
+            init = reqs.is_init(pos)
+            container_reqs = list(container.values())
+            for name in sorted(container):
+                alive = self._fit_backend(alive, pos, init, self.backends[name], container_reqs)
+                if not alive:
+                    return alive
+        return alive
+
+    def _fit_backend(self, alive: list[NodeState], pos: int, init: bool, backend: DeviceBackend,
+                     container_reqs: list[Any]) -> list[NodeState]:
+        request = self.requests.containers[pos][backend.name]
+        candidates: list[FitCandidate] = []
+        offered: list[NodeState] = []
+        empty: dict[str, list[tuple[ContainerDevice, ...]]] = {}
+        for state in alive:
+            devs = self._devices(state, backend.name, init=init)
+            mig = any(d.mode == "mig" for d in devs)
+            if request.nums > len(devs) and not mig:
+                self.failed[state.name] = Reason.NodeInsufficientDevice
+                continue
+            ordered = sort_devices(devs, container_reqs, self.policy)
+            candidates.append(FitCandidate(state, ordered, self.alloc.get(state.name, empty)))
+            offered.append(state)
+        if not candidates:
+            return []
+        results = self.hook.hami_filter_nodes(backend=backend, pod=self.pod, request=request, candidates=candidates,
+                                              policy=self.policy)
+        if results is None:
+            for state in offered:
+                self.failed[state.name] = DEVICE_TYPE_NOT_FOUND
+            return []
+        if len(results) != len(candidates):
+            raise PluginError(f"plugin {backend.plugin!r}: hami_filter_nodes returned {len(results)} results "
+                              f"for {len(candidates)} candidates (backend {backend.name})")
+        survivors: list[NodeState] = []
+        for state, result in zip(offered, results, strict=True):
+            if not isinstance(result, FitResult):
+                raise PluginError(f"plugin {backend.plugin!r}: hami_filter_nodes returned {result!r} "
+                                  f"for node {state.name}, expected FitResult")
+            if not result.ok:
+                self.failed[state.name] = result.reason
+                continue
+            self._record(state, pos, init, backend.name, result.devices)
+            survivors.append(state)
+        return survivors
+
+    def _record(self, state: NodeState, pos: int, init: bool, backend: str,
+                devices: tuple[ContainerDevice, ...]) -> None:
+        per_backend = self.alloc.setdefault(state.name, {})
+        slots = per_backend.get(backend)
+        if slots is None:
+            slots = per_backend[backend] = [()] * self.positions
+        slots[pos] = devices
+        if init:
+            return  # init containers run one at a time: each is fitted on a fresh copy
+        overrides = self.app.get(state.name)
+        if overrides is None:
+            overrides = self.app[state.name] = {u: d.copy() for u, d in self.base.get(state.name, {}).items()}
+        for d in devices:
+            usage = overrides.get(d.uuid)
+            if usage is None:
+                source = state.by_uuid.get(d.uuid)
+                if source is None:
+                    raise PluginError(f"backend {backend}: chose device {d.uuid} that node {state.name} "
+                                      "does not register")
+                usage = overrides[d.uuid] = source.copy()
+            usage.used += 1
+            usage.usedmem += d.usedmem
+            usage.usedcores += d.usedcores
+
+    # ----------------------------------------------------------------------------------- score
+    def assignment(self, state: NodeState) -> dict[str, tuple[tuple[ContainerDevice, ...], ...]]:
+        return {b: tuple(slots) for b, slots in self.alloc.get(state.name, {}).items()}
+
+    def score(self, feasible: Sequence[NodeState]) -> dict[str, float]:
+        candidates = []
+        for state in feasible:
+            previous = {b: self._devices(state, b, init=True) for b in self.alloc.get(state.name, {})}
+            candidates.append(ScoreCandidate(state, self.assignment(state), previous, self.totals(state)))
+        totals = [0.0] * len(candidates)
+        sign = -NEUTRAL_SCORE_FACTOR if self.policy.node == "spread" else NEUTRAL_SCORE_FACTOR
+        for answer in self.hook.hami_score_nodes(pod=self.pod, candidates=candidates, policy=self.policy):
+            if answer is None:
+                continue
+            if len(answer) != len(candidates):
+                raise PluginError(f"hami_score_nodes returned {len(answer)} scores for {len(candidates)} nodes")
+            for i, s in enumerate(answer):
+                if s is None:
+                    continue
+                if not isinstance(s, NodeScore):
+                    raise PluginError(f"hami_score_nodes returned {s!r}, expected NodeScore")
+                totals[i] += s.value * sign if s.neutral else s.value
+        return {state.name: totals[i] for i, state in enumerate(feasible)}
+
+    def rank(self, scores: Mapping[str, float]) -> tuple[str, ...]:
+        """Best first: binpack (and any non-spread policy) prefers the highest score, spread the lowest.
+
+        Ties go to the node name in ascending order, so decisions are reproducible.
+        """
+        if self.policy.node == "spread":
+            return tuple(sorted(scores, key=lambda n: (scores[n], n)))
+        return tuple(sorted(scores, key=lambda n: (-scores[n], n)))
+
+    def annotations(self, state: NodeState, now: float) -> dict[str, str]:
+        out = {keys.VGPU_NODE: state.name, keys.VGPU_TIME: str(int(now))}
+        for name, devices in sorted(self.assignment(state).items()):
+            results = self.hook.hami_allocation_annotations(backend=self.backends[name], pod=self.pod,
+                                                            devices=devices)
+            # pluggy calls the latest-registered plugin first; apply in registration order so that a
+            # vendor's keys override the built-in codec's.
+            for part in reversed(results):
+                if part:
+                    out.update(part)
+        return out
+
+    def decision(self, chosen: NodeState | None, ranked: tuple[str, ...], scores: Mapping[str, float],
+                 now: float, ref: str) -> Decision:
+        if chosen is None:
+            return Decision(pod=ref, failed=dict(self.failed), requests=self.requests, policy=self.policy)
+        return Decision(pod=ref, node=chosen.name, nodes=ranked, failed=dict(self.failed),
+                        annotations=self.annotations(chosen, now), devices=self.assignment(chosen),
+                        scores=dict(scores), requests=self.requests, policy=self.policy)

@@ -1,0 +1,277 @@
+"""The embedding API: :class:`Engine`.
+
+>>> from hami_core import Engine
+>>> engine = Engine()                      # built-in plugins + installed vendor plugins, default config
+>>> engine.upsert_node(node)               # Kubernetes Node JSON with HAMi registration annotations
+>>> decision = engine.schedule(pod)        # changes nothing
+>>> engine.reserve(pod, decision)          # books the devices, as HAMi's Filter does
+
+Nodes and pods are plain Kubernetes JSON dicts. The engine does no I/O: node patches it would like
+written (handshake marks) are returned by :meth:`Engine.upsert_node`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hami_core.engine import admission
+from hami_core.engine.config import EngineConfig, load_config
+from hami_core.engine.cycle import Cycle
+from hami_core.engine.decision import Decision
+from hami_core.engine.inventory import NodeState
+from hami_core.engine.ledger import Booking, Ledger, collapse
+from hami_core.engine.pods import annotations, init_containers_done, is_terminal, metadata, pod_key, pod_ref
+from hami_core.engine.policy import effective_policy
+from hami_core.engine.requests import pod_requests
+from hami_core.plugins.errors import HamiError, PluginError, WireFormatError
+from hami_core.plugins.types import ContainerRequests, DeviceBackend, DeviceInfo, HealthReport, PodDevices
+from hami_core.wire import keys
+from hami_core.wire.common import parse_go_bool
+from hami_core.wire.reasons import NODE_UNREGISTERED
+
+log = logging.getLogger("hami.engine")
+
+__all__ = ["Decision", "Engine", "NodeStatus"]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeStatus:
+    """What :meth:`Engine.upsert_node` made of a node.
+
+    ``devices`` counts registered devices per healthy backend; ``unhealthy`` maps dropped backends to
+    the reason; ``errors`` maps backends whose registration could not be read to the error (their
+    previous devices are kept); ``patch`` is the node-annotation merge patch the caller should write.
+    """
+
+    name: str
+    devices: Mapping[str, int] = field(default_factory=dict)
+    unhealthy: Mapping[str, str] = field(default_factory=dict)
+    errors: Mapping[str, str] = field(default_factory=dict)
+    patch: Mapping[str, str | None] = field(default_factory=dict)
+
+
+class Engine:
+    """HAMi's scheduling engine: inventory, usage ledger, fit, scores and decisions.
+
+    :param config: device-config.yaml content (mapping), a path to it, or ``None`` for the defaults.
+    :param plugins: a plugin manager from :func:`hami_core.plugins.manager.get_plugin_manager`; by default
+        a fresh one with the built-in plugins and every installed ``hami.devices`` entry point.
+    :param clock: returns Unix seconds (tests pass a fake clock).
+    """
+
+    def __init__(self, config: Mapping[str, Any] | str | Path | EngineConfig | None = None, plugins: Any = None,
+                 *, clock: Callable[[], float] = time.time) -> None:
+        if plugins is None:
+            from hami_core.plugins.manager import get_plugin_manager
+
+            plugins = get_plugin_manager()
+        self.config = load_config(config)
+        self.plugins = plugins
+        self.hook = plugins.hook
+        self.clock = clock
+        self.backends: dict[str, DeviceBackend] = {b.name: b for b in plugins.backends(self.config.devices)}
+        self._backend_list = tuple(self.backends[n] for n in sorted(self.backends))
+        self.nodes: dict[str, NodeState] = {}
+        self.ledger = Ledger()
+        self._health_state: dict[str, dict[str, Any]] = {name: {} for name in self.backends}
+        # pod key → node it quarantined (undecodable allocation)
+        self._quarantined_by: dict[str, str] = {}
+
+    # ------------------------------------------------------------------------------- inventory
+    def upsert_node(self, node: Mapping[str, Any]) -> NodeStatus:
+        """Add or refresh a node from its Kubernetes JSON: parse every backend's registration, check health.
+
+        A backend whose registration is malformed keeps its previous devices (the error is reported);
+        a backend whose handshake is stale (spec §9.2) loses its devices on this node.
+        """
+        name = metadata(node).get("name")
+        if not name or not isinstance(name, str):
+            raise WireFormatError("node: metadata.name is missing")
+        state = self.nodes.get(name)
+        if state is None:
+            state = self.nodes[name] = NodeState(name)
+        state.update_object(node)
+        now = self.clock()
+        new: dict[str, list[DeviceInfo]] = {}
+        unhealthy: dict[str, str] = {}
+        errors: dict[str, str] = {}
+        patch: dict[str, str | None] = {}
+        for backend in self._backend_list:
+            try:
+                devices = self.hook.hami_node_devices(backend=backend, node=node)
+            except WireFormatError as exc:
+                errors[backend.name] = str(exc)
+                previous = state.devices.get(backend.name)
+                if previous:
+                    new[backend.name] = [d.info for d in previous]
+                log.warning("node %s: cannot read %s registration, keeping previous devices: %s",
+                            name, backend.name, exc)
+                continue
+            devices = [self._stamp(backend, d) for d in (devices or ())]
+            word = backend.name.lower()
+            foreign = [d for d in devices if word not in d.type.lower()]
+            if foreign:
+                # HAMi hands a backend only devices whose type contains its common word (spec A.3).
+                errors[backend.name] = (f"{len(foreign)} device(s) ignored: type {foreign[0].type!r} does not "
+                                        f"contain {backend.name!r}")
+                devices = [d for d in devices if d not in foreign]
+            report = self.hook.hami_node_health(backend=backend, node=node, devices=devices, now=now,
+                                                state=self._health_state[backend.name])
+            if report is not None and not isinstance(report, HealthReport):
+                raise PluginError(f"plugin {backend.plugin!r}: hami_node_health returned {report!r}")
+            if report is not None:
+                patch.update(report.annotations)
+                if not report.healthy:
+                    unhealthy[backend.name] = report.reason or "registration is stale"
+                    self.hook.hami_node_removed(backend=backend, node_name=name,
+                                                state=self._health_state[backend.name])
+                    continue
+            if devices:
+                new[backend.name] = devices
+        state.errors = errors
+        state.set_devices(new)
+        self.ledger.reapply(state)
+        return NodeStatus(name, {b: len(d) for b, d in new.items()}, unhealthy, errors, patch)
+
+    @staticmethod
+    def _stamp(backend: DeviceBackend, device: DeviceInfo) -> DeviceInfo:
+        if not isinstance(device, DeviceInfo):
+            raise PluginError(f"plugin {backend.plugin!r}: hami_node_devices returned {device!r}, "
+                              "expected DeviceInfo")
+        if device.vendor == backend.name:
+            return device
+        from dataclasses import replace
+
+        return replace(device, vendor=backend.name)
+
+    def remove_node(self, name: str) -> None:
+        """Forget a node. Bookings of its pods are kept, so they reappear if the node comes back."""
+        if self.nodes.pop(name, None) is not None:
+            for backend in self._backend_list:
+                self.hook.hami_node_removed(backend=backend, node_name=name, state=self._health_state[backend.name])
+
+    # ------------------------------------------------------------------------------- ledger
+    def upsert_pod(self, pod: Mapping[str, Any]) -> None:
+        """Book a scheduled pod's devices (from its allocated annotations), or release a finished one.
+
+        Pods without ``hami.io/vgpu-node`` are ignored (as in HAMi). Succeeded/Failed pods release
+        their devices; terminating pods keep them until :meth:`remove_pod`. An allocation annotation
+        that cannot be decoded quarantines the node (no new pods) instead of being ignored.
+        """
+        key = pod_key(pod)
+        if is_terminal(pod):
+            self.remove_pod(pod)
+            return
+        node = annotations(pod).get(keys.VGPU_NODE)
+        if not node:
+            return
+        try:
+            devices = self._decode_pod(pod)
+        except WireFormatError as exc:
+            reason = f"pod {pod_ref(pod)} has an undecodable allocation: {exc}"
+            log.error("node %s quarantined: %s", node, reason)
+            self._quarantine(key, node, reason)
+            return
+        self._release_quarantine(key)
+        init_count = len(((pod.get("spec") or {}).get("initContainers")) or [])
+        booked = collapse(devices, init_count, app_only=init_count > 0 and init_containers_done(pod))
+        self.ledger.book(Booking(key, pod_ref(pod), node, booked), self.nodes)
+
+    def remove_pod(self, pod: Mapping[str, Any]) -> None:
+        """Release everything the pod holds (deleted or finished)."""
+        key = pod_key(pod)
+        self._release_quarantine(key)
+        self.ledger.unbook(key, self.nodes)
+
+    def _decode_pod(self, pod: Mapping[str, Any]) -> PodDevices:
+        out = {}
+        for backend in self._backend_list:
+            devices = self.hook.hami_decode_allocation(backend=backend, pod=pod)
+            if devices:
+                out[backend.name] = devices
+        return out
+
+    def _quarantine(self, key: str, node: str, reason: str) -> None:
+        self._quarantined_by[key] = node
+        state = self.nodes.get(node)
+        if state is None:
+            state = self.nodes[node] = NodeState(node)
+        state.quarantine[key] = reason
+
+    def _release_quarantine(self, key: str) -> None:
+        node = self._quarantined_by.pop(key, None)
+        if node is not None and node in self.nodes:
+            self.nodes[node].quarantine.pop(key, None)
+
+    # ------------------------------------------------------------------------------- decisions
+    def requests(self, pod: Mapping[str, Any]) -> ContainerRequests:
+        """Every container's device requests (init containers first)."""
+        return pod_requests(self.hook, self._backend_list, pod)
+
+    def admit(self, pod: Mapping[str, Any]) -> dict[str, Any]:
+        """The pod as HAMi's mutating webhook would admit it (defaults, scheduler name).
+
+        Raises :class:`~hami_core.plugins.errors.AdmissionDenied` or ``AdmissionFailed`` as the webhook
+        would refuse it. The input is not modified.
+        """
+        return admission.admit(self.hook, self._backend_list, pod, self.config.scheduler)
+
+    def schedule(self, pod: Mapping[str, Any], node_names: Iterable[str] | None = None) -> Decision:
+        """Choose a node and devices for ``pod`` among ``node_names`` (default: every known node).
+
+        Changes no state. A pod that holds a reservation is evaluated as if it did not (HAMi drops a
+        pod's reservation when it is filtered again).
+        """
+        ref = pod_ref(pod)
+        names = sorted(self.nodes) if node_names is None else list(node_names)
+        requests = self.requests(pod)
+        if requests.empty:
+            return Decision(pod=ref, nodes=tuple(names), requests=requests, skipped=True)
+        annos = annotations(pod)
+        sched = self.config.scheduler
+        try:
+            numa_bind = parse_go_bool(annos.get(keys.NVIDIA_NUMA_BIND, "false") or "false")
+        except WireFormatError:
+            numa_bind = False
+        try:
+            policy = effective_policy(annos, node_default=sched.node_scheduler_policy,
+                                      gpu_default=sched.gpu_scheduler_policy, numa_bind=numa_bind)
+        except WireFormatError as exc:
+            return Decision(pod=ref, requests=requests, error=f"calcScore failed {exc} for pod {ref}")
+        key = pod_key(pod)
+        cycle = Cycle(hook=self.hook, backends=self.backends, pod=pod, key=key, requests=requests, policy=policy,
+                      own=self.ledger.get(key))
+        alive: list[NodeState] = []
+        for name in names:
+            state = self.nodes.get(name)
+            if state is None or not state.registered:
+                cycle.failed[name] = NODE_UNREGISTERED
+            elif state.quarantine:
+                cycle.failed[name] = "node quarantined: " + "; ".join(sorted(state.quarantine.values()))
+            else:
+                cycle.exclude_own(state)
+                alive.append(state)
+        feasible = cycle.fit(alive) if alive else []
+        if not feasible:
+            return cycle.decision(None, (), {}, self.clock(), ref)
+        scores = cycle.score(feasible)
+        ranked = cycle.rank(scores)
+        return cycle.decision(self.nodes[ranked[0]], ranked, scores, self.clock(), ref)
+
+    def reserve(self, pod: Mapping[str, Any], decision: Decision) -> None:
+        """Book ``decision``'s devices for ``pod`` (replacing any earlier reservation of the pod)."""
+        if decision.node is None:
+            raise HamiError(f"pod {decision.pod}: cannot reserve a decision without a node")
+        requests = decision.requests
+        init_count = requests.init_count if requests is not None else 0
+        booked = collapse(decision.devices, init_count)
+        self.ledger.book(Booking(pod_key(pod), pod_ref(pod), decision.node, booked), self.nodes)
+
+    def unreserve(self, pod: Mapping[str, Any]) -> None:
+        """Drop a reservation (idempotent)."""
+        self.ledger.unbook(pod_key(pod), self.nodes)

@@ -1,0 +1,147 @@
+"""HAMi's standard per-device fit checklist (spec §6.6, vendors.md A.7), shared by vendor plugins.
+
+A vendor calls :func:`standard_fit` with its own predicates (type check, UUID selection, custom rule)
+and gets HAMi's exact check order, reason counting and reason string.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Sequence
+from itertools import combinations
+
+from hami_core.plugins.types import MEM_PERCENTAGE_UNSET, ContainerDevice, DeviceRequest, DeviceUsage, FitResult
+from hami_core.wire.reasons import Reason, gen_reason_items
+
+DevicePredicate = Callable[[DeviceUsage], bool]
+#: ``custom_rule(device, mem, cores, chosen_so_far) -> bool``; False ⇒ ``CardNotFoundCustomFilterRule``.
+CustomRule = Callable[[DeviceUsage, int, int, Sequence[ContainerDevice]], bool]
+#: ``quota(device, mem, cores, chosen_so_far) -> bool``; False ⇒ ``ResourceQuotaNotFit``.
+QuotaCheck = Callable[[DeviceUsage, int, int, Sequence[ContainerDevice]], bool]
+
+
+def memory_to_book(dev: DeviceUsage, request: DeviceRequest) -> int:
+    """MiB a request books on ``dev``: ``memreq`` if set, else the percentage of the card, else 0."""
+    if request.memreq > 0:
+        return request.memreq
+    if request.mem_percentage != MEM_PERCENTAGE_UNSET:
+        return dev.totalmem * request.mem_percentage // 100
+    return 0
+
+
+def standard_fit(
+    devices: Sequence[DeviceUsage],
+    request: DeviceRequest,
+    *,
+    type_ok: DevicePredicate | None = None,
+    uuid_ok: DevicePredicate | None = None,
+    cordoned: Collection[str] = (),
+    numa_bind: bool = False,
+    mutex: bool = False,
+    topology: bool = False,
+    quota: QuotaCheck | None = None,
+    custom_rule: CustomRule | None = None,
+    custom_reason: str = Reason.CardNotFoundCustomFilterRule,
+) -> FitResult:
+    """Choose ``request.nums`` devices, walking ``devices`` from the last (preferred) to the first.
+
+    Checks, in HAMi's order, recording the first failing reason per device: health, cordon, type,
+    NUMA grouping (``numa_bind``), UUID selection, split count, ``mutex``, quota, memory, cores,
+    exclusive whole card, compute exhausted, the vendor's custom rule. ``topology`` collects every
+    eligible device and picks by pair scores (spec §6.7).
+    """
+    total = len(devices)
+    need = origin = request.nums
+    cores = min(request.coresreq, 100)
+    counts: dict[str, int] = {}
+    chosen: list[ContainerDevice] = []
+    chosen_devs: list[DeviceUsage] = []
+    current_numa: int | None = None
+    backend = request.backend
+
+    def fail(reason: str) -> None:
+        counts[reason] = counts.get(reason, 0) + 1
+
+    for i in range(total - 1, -1, -1):
+        dev = devices[i]
+        if not dev.health:
+            fail(Reason.CardNotHealth)
+            continue
+        if cordoned and dev.id in cordoned:
+            fail(Reason.CardCordoned)
+            continue
+        if type_ok is not None and not type_ok(dev):
+            fail(Reason.CardTypeMismatch)
+            continue
+        if numa_bind and dev.numa != current_numa:
+            if chosen and need != origin:
+                counts[Reason.NumaNotFit] = counts.get(Reason.NumaNotFit, 0) + len(chosen)
+            need = origin
+            chosen.clear()
+            chosen_devs.clear()
+            current_numa = dev.numa
+        if uuid_ok is not None and not uuid_ok(dev):
+            fail(Reason.CardUuidMismatch)
+            continue
+        if dev.count <= dev.used:
+            fail(Reason.CardTimeSlicingExhausted)
+            continue
+        if mutex and dev.used > 0:
+            fail(Reason.ExclusiveDeviceAllocateConflict)
+            continue
+        mem = memory_to_book(dev, request)
+        if quota is not None and not quota(dev, mem, cores, chosen):
+            fail(Reason.ResourceQuotaNotFit)
+            continue
+        if dev.totalmem - dev.usedmem < mem:
+            fail(Reason.CardInsufficientMemory)
+            continue
+        if dev.totalcore - dev.usedcores < cores:
+            fail(Reason.CardInsufficientCore)
+            continue
+        if dev.totalcore == 100 and cores == 100 and dev.used > 0:
+            fail(Reason.ExclusiveDeviceAllocateConflict)
+            continue
+        if dev.totalcore != 0 and dev.usedcores == dev.totalcore and cores == 0:
+            fail(Reason.CardComputeUnitsExhausted)
+            continue
+        if custom_rule is not None and not custom_rule(dev, mem, cores, chosen):
+            fail(custom_reason)
+            continue
+        chosen.append(ContainerDevice(dev.id, backend, mem, cores, dev.index))
+        chosen_devs.append(dev)
+        if not topology:
+            need -= 1
+            if need == 0:
+                return FitResult.success(chosen)
+
+    if topology:
+        if len(chosen) == origin:
+            return FitResult.success(chosen)
+        if len(chosen) > origin:
+            return FitResult.success(_pick_by_topology(chosen, chosen_devs, origin))
+    if chosen:
+        counts[Reason.AllocatedCardsInsufficientRequest] = len(chosen)
+    if not counts:  # no device at all: the engine normally rejects this before calling a fit
+        return FitResult.unschedulable(Reason.NodeInsufficientDevice)
+    return FitResult.unschedulable(*gen_reason_items(counts, total))
+
+
+def _pair(devs: Sequence[DeviceUsage], a: int, b: int) -> int:
+    scores = devs[a].info.pair_scores
+    return scores.get(devs[b].id, 0) if scores else 0
+
+
+def _pick_by_topology(chosen: list[ContainerDevice], devs: list[DeviceUsage], origin: int) -> list[ContainerDevice]:
+    """Spec §6.7: one device ⇒ the least connected; several ⇒ the best-connected combination."""
+    n = len(chosen)
+    if origin == 1:
+        totals = [sum(_pair(devs, i, j) for j in range(n) if j != i) for i in range(n)]
+        best = min(range(n), key=lambda i: totals[i])
+        return [chosen[best]]
+    best_combo: tuple[int, ...] = ()
+    best_score: int | None = None
+    for combo in combinations(range(n), origin):
+        score = sum(_pair(devs, a, b) for a, b in combinations(combo, 2))
+        if best_score is None or score > best_score:
+            best_score, best_combo = score, combo
+    return [chosen[i] for i in best_combo]

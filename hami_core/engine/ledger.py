@@ -1,0 +1,118 @@
+"""The usage ledger: which pod holds what on which node, booked incrementally (never recomputed).
+
+Bookings are stored collapsed (spec §6.3): per backend and device UUID, init containers count as a
+peak and app containers as a sum, so one pod contributes one entry per device.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from hami_core.engine.inventory import NodeState
+from hami_core.plugins.types import ContainerDevice, PodDevices
+
+log = logging.getLogger("hami.engine")
+
+
+@dataclass(frozen=True, slots=True)
+class Booking:
+    """One pod's collapsed usage on one node."""
+
+    key: str
+    pod: str
+    node: str
+    devices: Mapping[str, tuple[ContainerDevice, ...]]
+
+
+def collapse(devices: PodDevices, init_count: int, *, app_only: bool = False) -> dict[str, tuple[ContainerDevice, ...]]:
+    """Effective usage of a pod per backend and device (spec §6.3 "Collapse").
+
+    Init containers run one after another, so they count as their peak; app containers run together,
+    so they add up. With ``app_only`` (every init container has exited 0) only app containers count.
+    Result: per backend one tuple of devices sorted by UUID, each with ``slots`` set.
+    """
+    out: dict[str, tuple[ContainerDevice, ...]] = {}
+    for backend, containers in devices.items():
+        init: dict[str, list[int]] = {}
+        app: dict[str, list[int]] = {}
+        idx: dict[str, int] = {}
+        for pos, ctr in enumerate(containers):
+            is_init = pos < init_count
+            if is_init and app_only:
+                continue
+            for d in ctr:
+                idx.setdefault(d.uuid, d.idx)
+                if is_init:
+                    peak = init.setdefault(d.uuid, [0, 0])
+                    peak[0] = max(peak[0], d.usedmem)
+                    peak[1] = max(peak[1], d.usedcores)
+                else:
+                    acc = app.setdefault(d.uuid, [0, 0, 0])
+                    acc[0] += d.usedmem
+                    acc[1] += d.usedcores
+                    acc[2] += 1
+        merged = []
+        for uuid in sorted(set(init) | set(app)):
+            i_mem, i_cores = init.get(uuid, (0, 0))
+            a_mem, a_cores, a_slots = app.get(uuid, (0, 0, 0))
+            slots = max(1 if uuid in init else 0, a_slots, 1)
+            merged.append(ContainerDevice(uuid, backend, max(i_mem, a_mem), max(i_cores, a_cores), idx[uuid], slots))
+        if merged:
+            out[backend] = tuple(merged)
+    return out
+
+
+class Ledger:
+    """Bookings by pod key, indexed by node, applied to :class:`NodeState` usage as they change."""
+
+    def __init__(self) -> None:
+        self.bookings: dict[str, Booking] = {}
+        self.by_node: dict[str, set[str]] = {}
+
+    def __len__(self) -> int:
+        return len(self.bookings)
+
+    def get(self, key: str) -> Booking | None:
+        return self.bookings.get(key)
+
+    def book(self, booking: Booking, nodes: Mapping[str, NodeState]) -> None:
+        """Record ``booking``, replacing any previous booking of the same pod."""
+        self.unbook(booking.key, nodes)
+        self.bookings[booking.key] = booking
+        self.by_node.setdefault(booking.node, set()).add(booking.key)
+        state = nodes.get(booking.node)
+        if state is not None:
+            self._apply(state, booking, 1)
+
+    def unbook(self, key: str, nodes: Mapping[str, NodeState]) -> Booking | None:
+        booking = self.bookings.pop(key, None)
+        if booking is None:
+            return None
+        keys = self.by_node.get(booking.node)
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del self.by_node[booking.node]
+        state = nodes.get(booking.node)
+        if state is not None:
+            self._apply(state, booking, -1)
+        return booking
+
+    def reapply(self, state: NodeState) -> None:
+        """Book every pod of ``state.name`` onto freshly registered devices."""
+        for key in sorted(self.by_node.get(state.name, ())):
+            self._apply(state, self.bookings[key], 1, warn=True)
+
+    def on_node(self, name: str) -> list[Booking]:
+        return [self.bookings[k] for k in sorted(self.by_node.get(name, ()))]
+
+    @staticmethod
+    def _apply(state: NodeState, booking: Booking, sign: int, *, warn: bool = False) -> None:
+        for devs in booking.devices.values():
+            for d in devs:
+                if not state.apply(d, sign) and (warn or sign > 0):
+                    # HAMi logs and ignores usage on devices a node no longer registers.
+                    log.warning("pod %s holds device %s that node %s does not register; usage ignored",
+                                booking.pod, d.uuid, state.name)

@@ -1,0 +1,57 @@
+"""Small accessors over Kubernetes Pod JSON dicts (no Kubernetes library)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+def metadata(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def annotations(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    annos = metadata(obj).get("annotations")
+    return annos if isinstance(annos, Mapping) else {}
+
+
+def pod_ref(pod: Mapping[str, Any]) -> str:
+    """``namespace/name`` for messages."""
+    meta = metadata(pod)
+    return f"{meta.get('namespace') or 'default'}/{meta.get('name') or '<unnamed>'}"
+
+
+def pod_key(pod: Mapping[str, Any]) -> str:
+    """The ledger key: the pod UID, or ``namespace/name`` for pods that have none yet."""
+    return str(metadata(pod).get("uid") or pod_ref(pod))
+
+
+def containers(pod: Mapping[str, Any]) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
+    """(init containers, app containers) of a pod."""
+    spec = pod.get("spec")
+    spec = spec if isinstance(spec, Mapping) else {}
+    init = spec.get("initContainers") or []
+    app = spec.get("containers") or []
+    return ([c for c in init if isinstance(c, Mapping)] if isinstance(init, Sequence) else [],
+            [c for c in app if isinstance(c, Mapping)] if isinstance(app, Sequence) else [])
+
+
+def is_terminal(pod: Mapping[str, Any]) -> bool:
+    status = pod.get("status")
+    return isinstance(status, Mapping) and status.get("phase") in TERMINAL_PHASES
+
+
+def init_containers_done(pod: Mapping[str, Any]) -> bool:
+    """Every init container exited 0 (HAMi then books app containers only, spec §6.3)."""
+    status = pod.get("status")
+    statuses = status.get("initContainerStatuses") if isinstance(status, Mapping) else None
+    if not statuses:
+        return False
+    for st in statuses:
+        term = ((st or {}).get("state") or {}).get("terminated")
+        if not term or term.get("exitCode") != 0:
+            return False
+    return True

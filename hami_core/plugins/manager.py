@@ -1,0 +1,269 @@
+"""Build the plugin manager: built-in plugins, ``hami.devices`` entry points, explicit plugins.
+
+Nothing here is global: :func:`get_plugin_manager` returns a fresh :class:`HamiPluginManager` on every
+call, so several engines (or tests) can live in one process.
+
+Loading follows one rule: an *environment* problem (a vendor SDK that is not installed, a plugin that
+fails to import) skips that plugin and is recorded in :attr:`HamiPluginManager.reports`; a *contract*
+problem (bad hook signature, unknown hook, duplicate name) raises :class:`PluginError` naming the
+entry point and its distribution.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import logging
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import importlib_metadata
+import pluggy
+import stevedore
+
+import hami_core
+from hami_core.plugins import hookspecs
+from hami_core.plugins.errors import ConfigError, PluginError
+from hami_core.plugins.types import DeviceBackend
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "TRACE_ENV_VAR",
+    "HamiPluginManager",
+    "PluginReport",
+    "PluginStatus",
+    "get_plugin_manager",
+]
+
+#: Entry-point group vendor distributions declare their plugin module in.
+ENTRY_POINT_GROUP = "hami.devices"
+#: Set to ``1`` to log every hook call to the ``hami.plugins`` logger at DEBUG.
+TRACE_ENV_VAR = "HAMI_TRACE_PLUGINS"
+#: Prefix of the names built-in plugins are registered under.
+BUILTIN_PREFIX = "hami.default."
+
+_REPORT_TO_AUTHOR = "report this to the plugin author"
+
+logger = logging.getLogger("hami.plugins")
+
+PluginStatus = Literal["loaded", "failed", "blocked", "builtin"]
+
+
+@dataclass(frozen=True, slots=True)
+class PluginReport:
+    """What happened to one plugin while the manager was built.
+
+    ``distribution`` and ``version`` are ``None`` for plugins passed explicitly. ``reason`` says why a
+    plugin was skipped (``"ImportError: ..."``) or blocked; it is empty for loaded plugins.
+    """
+
+    name: str
+    distribution: str | None
+    version: str | None
+    status: PluginStatus
+    reason: str = ""
+
+
+class HamiPluginManager(pluggy.PluginManager):
+    """A :class:`pluggy.PluginManager` for the ``hami`` project that remembers where plugins came from.
+
+    Build it with :func:`get_plugin_manager`; the constructor alone registers no specs and no plugins.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(hookspecs.PROJECT_NAME)
+        #: One report per plugin considered, in registration order.
+        self.reports: list[PluginReport] = []
+        self._origins: dict[str, tuple[str | None, str | None]] = {}
+
+    def distribution_of(self, name: str) -> str | None:
+        """The distribution that provided the plugin registered as ``name`` (``None`` if unknown)."""
+        return self._origins.get(name, (None, None))[0]
+
+    def describe(self, name: str) -> str:
+        """``name`` plus its distribution and version, for messages: ``'nvidia' (hami-nvidia 1.2)``."""
+        dist, version = self._origins.get(name, (None, None))
+        return _describe(name, dist, version)
+
+    def backends(self, config: Mapping[str, Any]) -> list[DeviceBackend]:
+        """Collect every plugin's :func:`~hami_core.plugins.hookspecs.hami_device_backends`, sorted by name.
+
+        Each implementation is called on its own, so a failure names the plugin that caused it, and each
+        backend gets ``plugin`` set to that plugin's name. A :class:`ConfigError` (the operator's
+        configuration is wrong) propagates unchanged; any other exception, a result that is not a
+        :class:`DeviceBackend`, or two backends with the same ``name`` raise :class:`PluginError`.
+        """
+        available = {"config": config}
+        by_name: dict[str, DeviceBackend] = {}
+        for impl in self.hook.hami_device_backends.get_hookimpls():
+            who = self.describe(impl.plugin_name)
+            if impl.wrapper or impl.hookwrapper:
+                raise PluginError(f"plugin {who}: hami_device_backends cannot be a wrapper; "
+                                  f"{_REPORT_TO_AUTHOR}")
+            try:
+                result = impl.function(**{arg: available[arg] for arg in impl.argnames})
+                items = [] if result is None else list(result)
+            except ConfigError:
+                raise
+            except Exception as exc:
+                raise PluginError(f"plugin {who}: hami_device_backends failed: {type(exc).__name__}: {exc}; "
+                                  f"{_REPORT_TO_AUTHOR}") from exc
+            for item in items:
+                if not isinstance(item, DeviceBackend):
+                    raise PluginError(f"plugin {who}: hami_device_backends returned {type(item).__name__} "
+                                      f"{item!r}, expected DeviceBackend; {_REPORT_TO_AUTHOR}")
+                previous = by_name.get(item.name)
+                if previous is not None:
+                    first = self.describe(previous.plugin)
+                    raise PluginError(f"backend {item.name!r} is registered twice: by plugin {first} "
+                                      f"and by plugin {who}; {_REPORT_TO_AUTHOR}")
+                by_name[item.name] = dataclasses.replace(item, plugin=impl.plugin_name)
+            logger.debug("plugin %s registers backends %s", who, [item.name for item in items])
+        return [by_name[name] for name in sorted(by_name)]
+
+    def _register_reported(self, plugin: object, name: str, dist: str | None, version: str | None,
+                           status: PluginStatus, kind: str) -> None:
+        """Register ``plugin`` and record it; turn pluggy's validation errors into :class:`PluginError`."""
+        who = f"{kind} {_describe(name, dist, version)}"
+        try:
+            registered = self.register(plugin, name=name)
+        except pluggy.PluginValidationError as exc:
+            raise PluginError(f"{who} breaks the hook contract: {exc}; {_REPORT_TO_AUTHOR}") from exc
+        except ValueError as exc:
+            raise PluginError(self._duplicate_message(plugin, name, who)) from exc
+        if registered is None:
+            self.reports.append(PluginReport(name, dist, version, "blocked", "blocked by configuration"))
+            return
+        self._origins[name] = (dist, version)
+        self.reports.append(PluginReport(name, dist, version, status))
+
+    def _duplicate_message(self, plugin: object, name: str, who: str) -> str:
+        if self.has_plugin(name):
+            clash = f"the name {name!r} is already taken by plugin {self.describe(name)}"
+        else:
+            other = self.describe(self.get_name(plugin) or "?")
+            clash = f"the same plugin object is already registered as {other}"
+        return f"{who} cannot be registered: {clash}; {_REPORT_TO_AUTHOR}"
+
+
+def get_plugin_manager(
+    *,
+    load_entrypoints: bool = True,
+    blocked: Iterable[str] = (),
+    plugins: Iterable[object] = (),
+) -> HamiPluginManager:
+    """Return a new plugin manager holding the built-in plugins, the installed ones and ``plugins``.
+
+    Order of registration (pluggy calls the last registered first): built-ins from
+    :data:`hami_core.default_plugins.DEFAULT_PLUGINS`, then the ``hami.devices`` entry points (when
+    ``load_entrypoints``; names in ``blocked`` are not even imported), then ``plugins``, each named by
+    its ``__name__``. Raises :class:`PluginError` on a contract error; see the module docstring.
+    """
+    pm = HamiPluginManager()
+    if _env_flag(TRACE_ENV_VAR):
+        pm.trace.root.setwriter(lambda message: logger.debug("%s", message.rstrip()))
+        pm.enable_tracing()
+    pm.add_hookspecs(hookspecs)
+
+    _register_builtins(pm)
+    if load_entrypoints:
+        _load_entrypoints(pm, frozenset(blocked))
+    for plugin in plugins:
+        name = getattr(plugin, "__name__", None) or repr(plugin)
+        pm._register_reported(plugin, name, None, None, "loaded", "plugin")
+
+    try:
+        pm.check_pending()
+    except pluggy.PluginValidationError as exc:
+        name = pm.get_name(exc.plugin) or repr(exc.plugin)
+        raise PluginError(f"plugin {pm.describe(name)} implements an unknown hook: {exc}; "
+                          f"{_REPORT_TO_AUTHOR}") from exc
+    return pm
+
+
+def _register_builtins(pm: HamiPluginManager) -> None:
+    # Imported by name so a default plugin is registered exactly like a vendor one (STYLE rule 7).
+    default_plugins = importlib.import_module("hami_core.default_plugins")
+    for module_path in getattr(default_plugins, "DEFAULT_PLUGINS", ()):
+        module = importlib.import_module(module_path)
+        name = BUILTIN_PREFIX + module_path.rsplit(".", 1)[-1]
+        pm._register_reported(module, name, "hami-core", hami_core.__version__, "builtin", "built-in plugin")
+
+
+class _EntryPointLoader(stevedore.NamedExtensionManager):
+    """stevedore's loader, fed with entry points read by :mod:`importlib_metadata`.
+
+    stevedore caches entry points three ways: a class-level ``ENTRY_POINT_CACHE`` keyed only by group
+    (shared by every manager in the process, never refreshed), a per-``sys.path`` memo, and files under
+    ``~/.cache/python-entrypoints`` keyed by ``sys.path`` entries' mtimes packed as 32-bit floats (about
+    two minutes of resolution). Its cached entry points also lose ``.dist``, which every report and
+    error message needs. Overriding :meth:`list_entry_points` bypasses all three.
+    """
+
+    def __init__(self, entry_points: Sequence[importlib_metadata.EntryPoint], names: Sequence[str],
+                 on_load_failure: stevedore.extension.OnLoadFailureCallbackT[Any]) -> None:
+        self._entry_points = list(entry_points)
+        super().__init__(ENTRY_POINT_GROUP, names=names, invoke_on_load=False,
+                         on_load_failure_callback=on_load_failure, on_missing_entrypoints_callback=None)
+
+    def list_entry_points(self) -> list[importlib_metadata.EntryPoint]:  # type: ignore[override]
+        return self._entry_points
+
+
+def _load_entrypoints(pm: HamiPluginManager, blocked: frozenset[str]) -> None:
+    entry_points = list(importlib_metadata.entry_points(group=ENTRY_POINT_GROUP))
+    failures: dict[int, tuple[str, BaseException]] = {}
+
+    def on_load_failure(_manager: object, ep: importlib_metadata.EntryPoint, exc: BaseException) -> None:
+        dist, version = _origin(ep)
+        who = f"entry point {_describe(ep.name, dist, version)} = {ep.value}"
+        if _missing_dependency(ep, exc):
+            logger.debug("skipping %s: %s is not installed", who, getattr(exc, "name", "?"))
+        else:
+            logger.warning("skipping %s: %s: %s", who, type(exc).__name__, exc)
+        failures[id(ep)] = (f"{type(exc).__name__}: {exc}", exc)
+
+    names = [ep.name for ep in entry_points if ep.name not in blocked]
+    loader = _EntryPointLoader(entry_points, names, on_load_failure)
+    loaded = {id(ext.entry_point): ext.plugin for ext in loader.extensions}
+
+    for ep in entry_points:
+        dist, version = _origin(ep)
+        if ep.name in blocked:
+            pm.set_blocked(ep.name)
+            pm.reports.append(PluginReport(ep.name, dist, version, "blocked", "blocked by configuration"))
+        elif id(ep) in failures:
+            pm.reports.append(PluginReport(ep.name, dist, version, "failed", failures[id(ep)][0]))
+        elif id(ep) in loaded:
+            pm._register_reported(loaded[id(ep)], ep.name, dist, version, "loaded", "entry point")
+
+
+def _missing_dependency(ep: importlib_metadata.EntryPoint, exc: BaseException) -> bool:
+    """True when ``exc`` says a module *outside* the plugin's own package is missing (its vendor SDK).
+
+    A missing module inside the plugin's own package is a packaging bug (a wrong entry point string),
+    which must not be hidden at DEBUG level.
+    """
+    if not isinstance(exc, ModuleNotFoundError) or not exc.name:
+        return False
+    own_package = ep.value.split(":", 1)[0].strip().split(".", 1)[0]
+    return exc.name.split(".", 1)[0] != own_package
+
+
+def _origin(ep: importlib_metadata.EntryPoint) -> tuple[str | None, str | None]:
+    dist = getattr(ep, "dist", None)
+    if dist is None:
+        return None, None
+    return dist.name, dist.version
+
+
+def _describe(name: str, dist: str | None, version: str | None) -> str:
+    if dist is None:
+        return repr(name)
+    return f"{name!r} ({dist} {version})" if version else f"{name!r} ({dist})"
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no", "off")

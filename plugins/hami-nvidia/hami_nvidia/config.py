@@ -1,0 +1,61 @@
+"""The ``nvidia:`` section of HAMi's device-config.yaml."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from hami_core.engine.config import pydantic_error
+from hami_core.plugins.errors import ConfigError
+from hami_core.wire import keys
+
+
+class MigAllowlistEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    models: list[str] = Field(default_factory=list)
+    profiles: list[str] = Field(default_factory=list)
+
+
+class NvidiaConfig(BaseModel):
+    """HAMi's ``NvidiaConfig`` with the chart defaults (spec §10.1). Keys are HAMi's camelCase names."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+    resource_count_name: str = Field(keys.NVIDIA_RESOURCE_COUNT, alias="resourceCountName", min_length=1)
+    resource_memory_name: str = Field(keys.NVIDIA_RESOURCE_MEMORY, alias="resourceMemoryName")
+    resource_memory_percentage_name: str = Field(keys.NVIDIA_RESOURCE_MEMORY_PERCENTAGE,
+                                                 alias="resourceMemoryPercentageName")
+    resource_core_name: str = Field(keys.NVIDIA_RESOURCE_CORES, alias="resourceCoreName")
+    resource_priority_name: str = Field(keys.NVIDIA_RESOURCE_PRIORITY, alias="resourcePriorityName")
+    overwrite_env: bool = Field(False, alias="overwriteEnv")
+    default_memory: int = Field(0, alias="defaultMemory", ge=0)
+    default_cores: int = Field(0, alias="defaultCores", ge=0, le=100)
+    default_gpu_num: int = Field(1, alias="defaultGPUNum", ge=0)
+    memory_factor: int = Field(1, alias="memoryFactor", ge=1)
+    disable_core_limit: bool = Field(False, alias="disableCoreLimit")
+    gpu_core_policy: Literal["default", "force", "disable", ""] = Field("default", alias="gpuCorePolicy")
+    runtime_class_name: str = Field("", alias="runtimeClassName")
+    mig_profile_allowlist: list[MigAllowlistEntry] = Field(default_factory=list, alias="migProfileAllowlist")
+    # Device-plugin-side node defaults: they reach the scheduler only through the registration.
+    device_split_count: int = Field(10, alias="deviceSplitCount", ge=1)
+    device_memory_scaling: float = Field(1.0, alias="deviceMemoryScaling", gt=0)
+    device_core_scaling: float = Field(1.0, alias="deviceCoreScaling", gt=0)
+    pre_configured_device_memory: int = Field(0, alias="preConfiguredDeviceMemory", ge=0)
+    lib_cuda_log_level: int | None = Field(None, alias="libCudaLogLevel")
+    enable_numa_topology: bool = Field(False, alias="enableNumaTopology")
+    # HAMi's chart ships MIG geometry tables in this section; accepted and passed through.
+    known_mig_geometries: list[Any] | None = Field(None, alias="knownMigGeometries")
+
+
+def parse_config(section: Any) -> NvidiaConfig:
+    """Validate the ``nvidia:`` section; a bad field raises :class:`ConfigError` naming ``nvidia.<field>``."""
+    if section is None:
+        section = {}
+    if not isinstance(section, dict):
+        raise ConfigError(f"nvidia: must be a mapping, got {type(section).__name__}")
+    try:
+        return NvidiaConfig.model_validate(section)
+    except ValidationError as exc:
+        raise pydantic_error("nvidia", exc) from None

@@ -1,0 +1,64 @@
+"""Hook implementations for the NVIDIA backend: thin adapters over :mod:`hami_nvidia.backend`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, MutableMapping, Sequence
+from typing import Any
+
+from hami_core import hookimpl
+from hami_core.plugins.types import (
+    DeviceBackend,
+    DeviceInfo,
+    DeviceRequest,
+    FitCandidate,
+    FitResult,
+    GpuPolicy,
+    HealthReport,
+    Mutation,
+)
+from hami_nvidia import backend as nv
+from hami_nvidia.config import parse_config
+
+
+def _mine(backend: DeviceBackend) -> bool:
+    return backend.vendor == nv.VENDOR and backend.name == nv.COMMON_WORD
+
+
+@hookimpl
+def hami_device_backends(config: Mapping[str, Any]) -> list[DeviceBackend]:
+    if "nvidia" not in config:
+        return []
+    return [nv.make_backend(parse_config(config["nvidia"]))]
+
+
+@hookimpl
+def hami_node_devices(backend: DeviceBackend, node: Mapping[str, Any]) -> list[DeviceInfo] | None:
+    return nv.node_devices(backend, node) if _mine(backend) else None
+
+
+@hookimpl
+def hami_node_health(backend: DeviceBackend, node: Mapping[str, Any], now: float,
+                     state: MutableMapping[str, Any]) -> HealthReport | None:
+    return nv.node_health(backend, node, now, state) if _mine(backend) else None
+
+
+@hookimpl
+def hami_node_removed(backend: DeviceBackend, node_name: str, state: MutableMapping[str, Any]) -> None:
+    if _mine(backend):
+        state.pop(node_name, None)
+
+
+@hookimpl
+def hami_mutate_container(backend: DeviceBackend, pod: dict[str, Any], container: dict[str, Any]) -> Mutation | None:
+    return Mutation(nv.mutate_container(backend, pod, container)) if _mine(backend) else None
+
+
+@hookimpl
+def hami_container_request(backend: DeviceBackend, container: Mapping[str, Any]) -> DeviceRequest | None:
+    return nv.container_request(backend, container) if _mine(backend) else None
+
+
+@hookimpl
+def hami_filter_nodes(backend: DeviceBackend, pod: Mapping[str, Any], request: DeviceRequest,
+                      candidates: Sequence[FitCandidate], policy: GpuPolicy) -> list[FitResult] | None:
+    return nv.filter_nodes(backend, pod, request, candidates, policy) if _mine(backend) else None
