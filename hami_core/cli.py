@@ -11,7 +11,7 @@ import importlib
 import json
 import logging
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from hami_core.plugins.errors import HamiError
@@ -68,8 +68,9 @@ def _build_parser() -> argparse.ArgumentParser:
     plugins = commands.add_parser(
         "plugins", parents=[common], help="list plugins and the backends they register",
         description="List built-in and installed plugins, why any was skipped, and the device backends each "
-                    "registers with the default (empty) device configuration.")
+                    "registers with the device configuration (default: HAMi's built-in NVIDIA defaults).")
     plugins.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    plugins.add_argument("--config", metavar="PATH", help="device-config.yaml to compute backends with")
     plugins.set_defaults(command="plugins", handler=_cmd_plugins)
 
     version = commands.add_parser("version", parents=[common], help="print the hami-core version")
@@ -85,7 +86,9 @@ def _build_parser() -> argparse.ArgumentParser:
 
 def _cmd_plugins(args: argparse.Namespace, _extra: list[str]) -> int:
     pm = get_plugin_manager()
-    rows, backends_error = _plugin_rows(pm)
+    from hami_core.engine.config import load_config
+
+    rows, backends_error = _plugin_rows(pm, load_config(getattr(args, "config", None)).devices)
     if args.json:
         json.dump({"plugins": rows, "backends_error": backends_error}, sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -110,12 +113,12 @@ def _cmd_plugins(args: argparse.Namespace, _extra: list[str]) -> int:
     return 0
 
 
-def _plugin_rows(pm: HamiPluginManager) -> tuple[list[dict[str, Any]], str | None]:
+def _plugin_rows(pm: HamiPluginManager, devices: Mapping[str, Any]) -> tuple[list[dict[str, Any]], str | None]:
     """One JSON-ready row per plugin report, plus why backends could not be computed (if so)."""
     by_plugin: dict[str, list[str]] | None = {}
     backends_error = None
     try:
-        for backend in pm.backends({}):
+        for backend in pm.backends(devices):
             by_plugin.setdefault(backend.plugin, []).append(backend.name)
     except HamiError as exc:
         by_plugin, backends_error = None, _one_line(exc)

@@ -16,6 +16,7 @@ from hami_core.plugins.types import (
     MEM_PERCENTAGE_UNSET,
     DeviceBackend,
     DeviceRequest,
+    Mutation,
     ResourceNames,
 )
 from hami_core.wire.nodes import decode_node_devices
@@ -47,6 +48,12 @@ class AcmePlugin:
             return None
         raw = ((node.get("metadata") or {}).get("annotations") or {}).get(ACME_REGISTER)
         return [] if raw is None else decode_node_devices(raw, key=ACME_REGISTER)
+
+    @hookimpl
+    def hami_mutate_container(self, backend: DeviceBackend, container: dict[str, Any]) -> Mutation | None:
+        if backend.name != "ACME":
+            return None
+        return Mutation(COUNT in ((container.get("resources") or {}).get("limits") or {}))
 
     @hookimpl
     def hami_container_request(self, backend: DeviceBackend, container: Mapping[str, Any]) -> Any:

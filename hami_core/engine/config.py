@@ -104,9 +104,6 @@ def load_config(config: Mapping[str, Any] | str | Path | EngineConfig | None) ->
     for key in raw:
         if not isinstance(key, str):
             raise ConfigError(f"{source}: section names must be strings, got {key!r}")
-        if key not in HAMI_SECTIONS:
-            log.warning("config %s: section %r is not a HAMi device section; only a plugin that reads it uses it",
-                        source, key)
     # A section present with an empty body (`nvidia:`) means "enabled with defaults".
     devices = {k: (v if v is not None else {}) for k, v in raw.items()} or dict(DEFAULT_DEVICE_CONFIG)
     return EngineConfig(devices=devices, scheduler=scheduler, source=source)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from hami_core.engine import admission
-from hami_core.engine.config import EngineConfig, load_config
+from hami_core.engine.config import HAMI_SECTIONS, EngineConfig, load_config
 from hami_core.engine.cycle import Cycle
 from hami_core.engine.decision import Decision
 from hami_core.engine.inventory import NodeState
@@ -76,6 +76,11 @@ class Engine:
         self.clock = clock
         self.backends: dict[str, DeviceBackend] = {b.name: b for b in plugins.backends(self.config.devices)}
         self._backend_list = tuple(self.backends[n] for n in sorted(self.backends))
+        vendors = {b.vendor for b in self._backend_list}
+        for section in self.config.devices:
+            if section not in HAMI_SECTIONS and section not in vendors:
+                log.warning("config %s: section %r is neither a HAMi device section nor read by an installed "
+                            "plugin; check its spelling", self.config.source, section)
         self.nodes: dict[str, NodeState] = {}
         self.ledger = Ledger()
         self._health_state: dict[str, dict[str, Any]] = {name: {} for name in self.backends}

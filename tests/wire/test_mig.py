@@ -48,7 +48,8 @@ def test_empty_values() -> None:
 
 
 def test_keys_case_insensitive_and_empty_mig_uuid_is_unset() -> None:
-    text = '[{"CONTAINERINDEX":0,"deviceindex":1,"GpuUuid":"g","Profile":"p","Placement":{"Start":1,"SIZE":2},"migUUID":""}]'
+    text = ('[{"CONTAINERINDEX":0,"deviceindex":1,"GpuUuid":"g","Profile":"p",'
+            '"Placement":{"Start":1,"SIZE":2},"migUUID":""}]')
     assert decode_mig_allocations(text) == (MigAllocation(0, 1, "g", "p", Placement(1, 2)),)
 
 
@@ -77,7 +78,7 @@ _BASE = '"gpuUUID":"g","profile":"p","placement":{"start":0,"size":1}'
      'field "placement" must be an object'),
     (f'[{{"containerIndex":0,"deviceIndex":0,"gpuUUID":"g","profile":"p","placement":{{"size":{UINT32_MAX + 1}}}}}]',
      "out of range for uint32"),
-    (f'[{{"containerIndex":0,"deviceIndex":0,"gpuUUID":7,"profile":"p","placement":{{"size":1}}}}]',
+    ('[{"containerIndex":0,"deviceIndex":0,"gpuUUID":7,"profile":"p","placement":{"size":1}}]',
      'field "gpuUUID" must be a string'),
 ])
 def test_rejects(text: str, message: str) -> None:

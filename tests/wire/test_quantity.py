@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from fractions import Fraction
 
 import pytest
@@ -29,7 +30,7 @@ def test_parse(text: str, value: Fraction | int) -> None:
 def test_parse_rejects(text: str) -> None:
     with pytest.raises(WireFormatError) as info:
         parse_quantity(text)
-    assert repr(text)[1:-1] in str(info.value) or text == ""
+    assert str(info.value).startswith(f"invalid quantity {json.dumps(text)}")
 
 
 def test_numbers() -> None:

@@ -208,8 +208,8 @@ def mutate_container(backend: DeviceBackend, pod: dict[str, Any], container: dic
             n and n in limits for n in (names.cores, names.memory, names.memory_percentage)):
         limits[names.count] = str(cfg.default_gpu_num)
         has = True
-    count_present = names.count in limits or names.count in ((resources.get("requests") or {}))
-    if count_present and _resource(container, names.cores) is None:
+    count_present = names.count in limits or names.count in (resources.get("requests") or {})
+    if count_present and names.cores and _resource(container, names.cores) is None:
         pct_value = _resource(container, names.memory_percentage)
         exclusive = (_int(pct_value) == 100) if pct_value is not None else (
             not names.memory or _resource(container, names.memory) is None)
@@ -260,6 +260,10 @@ class _Selection:
         return bool(self.use_type or self.nouse_type or self.mode is not None)
 
 
+def _never(dev: DeviceUsage) -> bool:
+    return False
+
+
 def _no_mig(dev: DeviceUsage, mem: int, cores: int, chosen: Sequence[Any]) -> bool:
     # Dynamic MIG placement (spec §6.8) is not implemented yet: MIG-mode cards are refused with
     # HAMi's MIG reason rather than shared as if they were hami-core cards.
@@ -269,11 +273,11 @@ def _no_mig(dev: DeviceUsage, mem: int, cores: int, chosen: Sequence[Any]) -> bo
 def filter_nodes(backend: DeviceBackend, pod: Mapping[str, Any], request: DeviceRequest,
                  candidates: Sequence[FitCandidate], policy: GpuPolicy) -> list[FitResult]:
     """HAMi's NVIDIA ``Fit`` (spec §6.6) on every candidate node."""
-    if request.backend != COMMON_WORD:
-        return [FitResult.unschedulable(f"{len(c.devices)}/{len(c.devices)} {Reason.CardTypeMismatch}")
-                for c in candidates]
     sel = _Selection(backend, pod)
     type_ok = sel.type_ok if sel.filters else None
+    if request.backend != COMMON_WORD:
+        # The type check is step 3, after health and cordon (spec §6.6), so it is a predicate, not a shortcut.
+        type_ok = _never
     uuid_ok = sel.uuid_ok if (sel.use_uuid or sel.nouse_uuid) else None
     mutex = policy.has("mutex")
     topology = policy.has("topology-aware")
