@@ -93,9 +93,13 @@ def node_health(backend: DeviceBackend, node: Mapping[str, Any], now: float,
     name = (node.get("metadata") or {}).get("name", "")
     current = allocatable_count(node, backend.resource_names.count)
     text = _annotations(node).get(backend.register_annotation or keys.NODE_NVIDIA_REGISTER)
+    known = name in state
     reported, seen = state.get(name, (0, None))
     if current == 0 and reported == 0:
         state[name] = (0, text)
+        if not generic.healthy and known and backend.handshake_annotation:
+            # NodeCleanUp of a node registered before deletes the handshake mark (spec §9.2 step 2, B.8).
+            return replace(generic, annotations={**generic.annotations, backend.handshake_annotation: None})
         return generic
     if current == 0:
         state[name] = (0, text)

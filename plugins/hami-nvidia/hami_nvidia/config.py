@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from hami_core.engine.config import pydantic_error
 from hami_core.plugins.errors import ConfigError
@@ -14,8 +14,18 @@ from hami_core.wire import keys
 class MigAllowlistEntry(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    models: list[str] = Field(default_factory=list)
-    profiles: list[str] = Field(default_factory=list)
+    models: list[str] = Field(min_length=1)
+    profiles: list[str] = Field(min_length=1)
+
+    @field_validator("profiles")
+    @classmethod
+    def _profile_names(cls, profiles: list[str]) -> list[str]:
+        # HAMi ValidateMigProfileAllowlist (spec vendors B.1): every profile looks like "<N>g.<mem>".
+        for profile in profiles:
+            head, dot, _ = profile.partition(".")
+            if not dot or len(head) < 2 or not head.endswith("g"):
+                raise ValueError(f"invalid MIG profile {profile!r} (expected <N>g.<memory>, e.g. 1g.5gb)")
+        return profiles
 
 
 class NvidiaConfig(BaseModel):

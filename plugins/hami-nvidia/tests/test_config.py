@@ -1,0 +1,98 @@
+"""The ``nvidia:`` section of device-config.yaml (vendors B.1, scheduler §10.1)."""
+
+from __future__ import annotations
+
+import pytest
+from nvidia_testlib import container, make_engine, make_pod
+
+from hami_core.plugins.errors import ConfigError
+from hami_core.plugins.types import DeviceRequest
+from hami_nvidia.config import NvidiaConfig, parse_config
+
+
+def test_chart_defaults() -> None:
+    cfg = parse_config({})
+    assert cfg == parse_config(None)
+    assert cfg.resource_count_name == "nvidia.com/gpu"
+    assert cfg.resource_memory_name == "nvidia.com/gpumem"
+    assert cfg.resource_memory_percentage_name == "nvidia.com/gpumem-percentage"
+    assert cfg.resource_core_name == "nvidia.com/gpucores"
+    assert cfg.resource_priority_name == "nvidia.com/priority"
+    assert cfg.default_memory == 0
+    assert cfg.default_cores == 0
+    assert cfg.default_gpu_num == 1
+    assert cfg.memory_factor == 1
+    assert cfg.overwrite_env is False
+    assert cfg.gpu_core_policy == "default"
+    assert cfg.runtime_class_name == ""
+    assert cfg.disable_core_limit is False
+    assert cfg.mig_profile_allowlist == []
+    assert cfg.device_split_count == 10
+    assert cfg.device_memory_scaling == 1.0
+    assert cfg.device_core_scaling == 1.0
+
+
+def test_camel_case_keys_as_in_the_chart() -> None:
+    cfg = parse_config({
+        "resourceCountName": "nvidia.com/gpu", "defaultMemory": 512, "defaultCores": 30, "defaultGPUNum": 2,
+        "memoryFactor": 4, "overwriteEnv": True, "gpuCorePolicy": "force", "runtimeClassName": "nvidia",
+        "disableCoreLimit": True, "libCudaLogLevel": 3, "deviceSplitCount": 4, "deviceMemoryScaling": 1.5,
+        "migProfileAllowlist": [{"models": ["A100-SXM4-40GB"], "profiles": ["1g.5gb", "3g.20gb"]}],
+    })
+    assert isinstance(cfg, NvidiaConfig)
+    assert (cfg.default_memory, cfg.default_cores, cfg.default_gpu_num, cfg.memory_factor) == (512, 30, 2, 4)
+    assert (cfg.overwrite_env, cfg.gpu_core_policy, cfg.runtime_class_name) == (True, "force", "nvidia")
+    assert cfg.mig_profile_allowlist[0].profiles == ["1g.5gb", "3g.20gb"]
+
+
+def test_custom_resource_names_flow_into_requests() -> None:
+    engine = make_engine({"resourceCountName": "hami.io/gpu", "resourceMemoryName": "hami.io/gpumem",
+                          "resourceMemoryPercentageName": "hami.io/gpumem-percentage",
+                          "resourceCoreName": "hami.io/gpucores"})
+    pod = make_pod(container("custom", limits={"hami.io/gpu": "2", "hami.io/gpumem": "3000",
+                                               "hami.io/gpucores": "30"}),
+                   container("default-names", limits={"nvidia.com/gpu": "1"}))
+    reqs = engine.requests(pod)
+    assert reqs.containers[0] == {"NVIDIA": DeviceRequest("NVIDIA", 2, 3000, 101, 30)}
+    # The chart names are no longer read.
+    assert reqs.containers[1] == {}
+    assert engine.backends["NVIDIA"].resource_names.count == "hami.io/gpu"
+
+
+def test_custom_resource_names_flow_into_admission() -> None:
+    engine = make_engine({"resourceCountName": "hami.io/gpu", "resourceCoreName": "hami.io/gpucores",
+                          "resourceMemoryName": "hami.io/gpumem"})
+    out = engine.admit(make_pod(container(limits={"hami.io/gpu": "1"})))
+    assert out["spec"]["containers"][0]["resources"]["limits"] == {"hami.io/gpu": "1", "hami.io/gpucores": "100"}
+    assert out["spec"]["schedulerName"] == "hami-scheduler"
+
+
+@pytest.mark.parametrize(("section", "field"), [
+    ({"defaultCores": 200}, "nvidia.defaultCores"),
+    ({"defaultCores": -1}, "nvidia.defaultCores"),
+    ({"gpuCorePolicy": "fast"}, "nvidia.gpuCorePolicy"),
+    ({"resourceCountNmae": "nvidia.com/gpu"}, "nvidia.resourceCountNmae"),
+    ({"defaultMemory": -5}, "nvidia.defaultMemory"),
+    ({"defaultGPUNum": "two"}, "nvidia.defaultGPUNum"),
+    ({"overwriteEnv": "sometimes"}, "nvidia.overwriteEnv"),
+    ({"resourceCountName": ""}, "nvidia.resourceCountName"),
+    ({"migProfileAllowlist": [{"models": ["A100"], "profiles": ["1g.5gb", "five-gigs"]}]},
+     "nvidia.migProfileAllowlist.0.profiles"),
+    ({"migProfileAllowlist": [{"models": ["A100"], "profiles": ["g.5gb"]}]},
+     "nvidia.migProfileAllowlist.0.profiles"),
+    ({"migProfileAllowlist": [{"models": [], "profiles": ["1g.5gb"]}]}, "nvidia.migProfileAllowlist.0.models"),
+])
+def test_bad_values_name_the_field(section: dict, field: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(section)
+    assert f"{field}:" in str(info.value)
+
+
+def test_bad_value_fails_the_engine_with_the_field() -> None:
+    with pytest.raises(ConfigError, match=r"nvidia\.gpuCorePolicy"):
+        make_engine({"gpuCorePolicy": "fast"})
+
+
+def test_section_must_be_a_mapping() -> None:
+    with pytest.raises(ConfigError, match="nvidia"):
+        parse_config(["nvidia.com/gpu"])
