@@ -31,6 +31,7 @@ from hami_core.wire.reasons import Reason
 
 DEVICE_TYPE_NOT_FOUND = "Device type not found"
 NEUTRAL_SCORE_FACTOR = 10000.0
+_EMPTY: list[DeviceUsage] = []
 
 
 class Cycle:
@@ -48,6 +49,10 @@ class Cycle:
         self.failed: dict[str, str] = {}
         positions = len(requests.containers)
         self.positions = positions
+        # Usage overrides are only needed while a later app container still has to be placed.
+        self.last_app = max((i for i, c in enumerate(requests.containers) if c and not requests.is_init(i)),
+                            default=-1)
+        self.order_key = (policy.gpu, policy.weights, policy.numa_bind)
         # node → backend → per-position devices chosen so far
         self.alloc: dict[str, dict[str, list[tuple[ContainerDevice, ...]]]] = {}
         # node → uuid → usage copy: ``base`` removes the pod's own earlier reservation (re-scheduling),
@@ -87,7 +92,9 @@ class Cycle:
                            totals.usedmem - mem, totals.totalmem)
 
     def _devices(self, state: NodeState, backend: str, *, init: bool) -> list[DeviceUsage]:
-        devs = state.devices.get(backend, [])
+        devs = state.devices.get(backend, _EMPTY)
+        if not self.base and not self.app:  # the common case: one container, no earlier reservation
+            return devs
         overrides = self.base.get(state.name) if init else self.app.get(state.name, self.base.get(state.name))
         if overrides:
             return [overrides.get(d.id, d) for d in devs]
@@ -114,13 +121,13 @@ class Cycle:
         candidates: list[FitCandidate] = []
         offered: list[NodeState] = []
         empty: dict[str, list[tuple[ContainerDevice, ...]]] = {}
+        name = backend.name
         for state in alive:
-            devs = self._devices(state, backend.name, init=init)
-            mig = any(d.mode == "mig" for d in devs)
-            if request.nums > len(devs) and not mig:
+            devs = self._devices(state, name, init=init)
+            if request.nums > len(devs) and name not in state.mig:
                 self.failed[state.name] = Reason.NodeInsufficientDevice
                 continue
-            ordered = sort_devices(devs, container_reqs, self.policy)
+            ordered = self._ordered(state, name, devs, container_reqs)
             candidates.append(FitCandidate(state, ordered, self.alloc.get(state.name, empty)))
             offered.append(state)
         if not candidates:
@@ -146,6 +153,20 @@ class Cycle:
             survivors.append(state)
         return survivors
 
+    def _ordered(self, state: NodeState, backend: str, devs: list[DeviceUsage],
+                 container_reqs: list[Any]) -> list[DeviceUsage]:
+        """Devices in GPU-policy order, cached per node state when the order cannot depend on the request."""
+        types = state.types.get(backend, frozenset())
+        if devs is not state.devices.get(backend) or any(r.backend in types for r in container_reqs):
+            return sort_devices(devs, container_reqs, self.policy)
+        key = (backend, *self.order_key)
+        cached = state.order_cache.get(key)
+        if cached is not None and cached[0] == state.generation:
+            return cached[1]
+        ordered = sort_devices(devs, container_reqs, self.policy)
+        state.order_cache[key] = (state.generation, ordered)
+        return ordered
+
     def _record(self, state: NodeState, pos: int, init: bool, backend: str,
                 devices: tuple[ContainerDevice, ...]) -> None:
         per_backend = self.alloc.setdefault(state.name, {})
@@ -153,8 +174,8 @@ class Cycle:
         if slots is None:
             slots = per_backend[backend] = [()] * self.positions
         slots[pos] = devices
-        if init:
-            return  # init containers run one at a time: each is fitted on a fresh copy
+        if init or pos >= self.last_app:
+            return  # init containers run one at a time (fresh copies); nothing is placed after the last app one
         overrides = self.app.get(state.name)
         if overrides is None:
             overrides = self.app[state.name] = {u: d.copy() for u, d in self.base.get(state.name, {}).items()}
@@ -177,7 +198,8 @@ class Cycle:
     def score(self, feasible: Sequence[NodeState]) -> dict[str, float]:
         candidates = []
         for state in feasible:
-            previous = {b: self._devices(state, b, init=True) for b in self.alloc.get(state.name, {})}
+            previous = (state.devices if state.name not in self.base
+                        else {b: self._devices(state, b, init=True) for b in state.devices})
             candidates.append(ScoreCandidate(state, self.assignment(state), previous, self.totals(state)))
         totals = [0.0] * len(candidates)
         sign = -NEUTRAL_SCORE_FACTOR if self.policy.node == "spread" else NEUTRAL_SCORE_FACTOR

@@ -16,8 +16,8 @@ class NodeState:
     """
 
     __slots__ = ("allocatable", "annotations", "by_uuid", "capacity", "devices", "errors", "generation", "labels",
-                 "name", "quarantine", "sum_used", "sum_usedcores", "sum_usedmem", "tot_core", "tot_count",
-                 "tot_mem", "unschedulable")
+                 "mig", "name", "order_cache", "quarantine", "sum_used", "sum_usedcores", "sum_usedmem", "tot_core",
+                 "tot_count", "tot_mem", "types", "unschedulable")
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -32,6 +32,12 @@ class NodeState:
         self.quarantine: dict[str, str] = {}
         #: backend → last registration error (the previous devices are kept).
         self.errors: dict[str, str] = {}
+        #: backend → the device types registered (device scores count a request only on an equal type).
+        self.types: dict[str, frozenset[str]] = {}
+        #: backends with a MIG-mode device (the device-count pre-check does not apply to them).
+        self.mig: frozenset[str] = frozenset()
+        #: (backend, policy key) → (generation, devices in policy order); valid while generation matches.
+        self.order_cache: dict[tuple[object, ...], tuple[int, list[DeviceUsage]]] = {}
         self.generation = 0
         self.sum_used = self.sum_usedmem = self.sum_usedcores = 0
         self.tot_count = self.tot_mem = self.tot_core = 0
@@ -49,6 +55,9 @@ class NodeState:
         """Replace the inventory (usage is zeroed; the caller re-applies bookings)."""
         self.devices = {b: [DeviceUsage(d) for d in devs] for b, devs in devices.items() if devs}
         self.by_uuid = {u.id: u for devs in self.devices.values() for u in devs}
+        self.types = {b: frozenset(d.type for d in devs) for b, devs in self.devices.items()}
+        self.mig = frozenset(b for b, devs in self.devices.items() if any(d.mode == "mig" for d in devs))
+        self.order_cache = {}
         self.sum_used = self.sum_usedmem = self.sum_usedcores = 0
         all_devs = list(self.by_uuid.values())
         self.tot_count = sum(d.count for d in all_devs)
