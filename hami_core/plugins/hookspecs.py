@@ -59,6 +59,8 @@ def hami_device_backends(config: Mapping[str, Any]) -> Iterable[DeviceBackend] |
     reads and validates its own section (raising :class:`~hami_core.plugins.errors.ConfigError` that names
     the field) and returns one :class:`DeviceBackend` per backend it enables (Iluvatar: one per chip).
     Return ``None`` or ``[]`` to enable none. Two backends with the same ``name`` are a contract error.
+    The manager calls every implementation itself (to know which plugin declared which backend), so
+    wrappers on this hook are refused.
 
     :returns: an iterable of :class:`DeviceBackend`.
 
@@ -264,7 +266,18 @@ def hami_node_lock(backend: DeviceBackend, pod: Mapping[str, Any], requests: Con
 
 @_hookspec
 def hami_pod_bound(pod: Mapping[str, Any], node: str) -> None:
-    """Event: the pod was bound to ``node``. For metrics and audit; return values are ignored."""
+    """Event: the pod was bound to ``node``; for metrics, audit and cache warm-up.
+
+    Phase: bind, after the binding succeeded (the in-memory cluster calls it right after setting
+    ``spec.nodeName``). ``pod`` carries the decision annotations. Every plugin is called; return values
+    are ignored, and an exception propagates to the binder, so keep implementations cheap and safe.
+
+    Example::
+
+        @hookimpl
+        def hami_pod_bound(pod, node):
+            BOUND.labels(node=node).inc()
+    """
 
 
 # ---------------------------------------------------------------------------------------------- #

@@ -78,6 +78,14 @@ class HamiPluginManager(pluggy.PluginManager):
         self.reports: list[PluginReport] = []
         self._origins: dict[str, tuple[str | None, str | None]] = {}
 
+    def parse_hookimpl_opts(self, plugin: object, name: str) -> pluggy.HookimplOpts | None:
+        opts = super().parse_hookimpl_opts(plugin, name)
+        if opts is None and name.startswith("hami_") and callable(getattr(plugin, name, None)):
+            # pluggy silently ignores an unmarked function; a forgotten @hookimpl should not go unnoticed.
+            logger.warning("plugin %r: function %s looks like a hook implementation but has no @hookimpl "
+                           "marker, so it is ignored", getattr(plugin, "__name__", plugin), name)
+        return opts
+
     def distribution_of(self, name: str) -> str | None:
         """The distribution that provided the plugin registered as ``name`` (``None`` if unknown)."""
         return self._origins.get(name, (None, None))[0]

@@ -23,14 +23,16 @@ _FORBIDDEN = (",", DEVICE_SEP, CONTAINER_SEP)
 
 
 def _text(value: str, what: str) -> str:
+    if not value:
+        raise WireFormatError(f"{what} must not be empty")
     if any(c in value for c in _FORBIDDEN):
         raise WireFormatError(f"{what} {value!r} cannot be encoded (contains ',', ':' or ';')")
     return value
 
 
 def _int32(value: int, what: str) -> int:
-    if type(value) is not int or not INT32_MIN <= value <= INT32_MAX:
-        raise WireFormatError(f"{what} must be an int32, got {value!r}")
+    if type(value) is not int or not 0 <= value <= INT32_MAX:
+        raise WireFormatError(f"{what} must be a non-negative int32, got {value!r}")
     return value
 
 
@@ -50,7 +52,11 @@ def encode_container_devices(devs: Iterable[ContainerDevice]) -> str:
 
 def _field_int(text: str, field: str, key: str) -> int:
     try:
-        return parse_go_int(text, INT32_MIN, INT32_MAX)
+        # Negative usage would un-book other pods' devices, so it is refused (newer HAMi refuses it too).
+        value = parse_go_int(text, INT32_MIN, INT32_MAX)
+        if value < 0:
+            raise WireFormatError(f"must not be negative: {value}")
+        return value
     except WireFormatError as exc:
         raise wire_error(key, f"invalid {field} field: {exc}") from None
 
@@ -60,7 +66,8 @@ def decode_container_devices(value: str, *, key: str = "") -> tuple[ContainerDev
 
     Format: pieces split on ``:``; pieces without ``,`` (including empty ones) are skipped; a piece with
     fewer than 4 comma fields is an error ("pod annotation format error ..."); fields past the 4th are
-    ignored; mem and cores parse as int32. Decoded devices have ``idx=-1`` (not on the wire).
+    ignored; mem and cores parse as non-negative int32 and the UUID and type must not be empty (a usage that
+    cannot be booked faithfully is an error, not a silent under-booking). Decoded devices have ``idx=-1``.
     """
     devices: list[ContainerDevice] = []
     for piece in value.split(DEVICE_SEP):
@@ -70,6 +77,8 @@ def decode_container_devices(value: str, *, key: str = "") -> tuple[ContainerDev
         if len(fields) < 4:
             raise wire_error(key, "pod annotation format error, missing fields, do not use nodeName in task "
                                   f"spec: {go_quote(piece)}")
+        if not fields[0] or not fields[1]:
+            raise wire_error(key, f"pod annotation format error, empty device id or type: {go_quote(piece)}")
         devices.append(ContainerDevice(uuid=fields[0], type=fields[1],
                                        usedmem=_field_int(fields[2], "memory", key),
                                        usedcores=_field_int(fields[3], "core", key)))

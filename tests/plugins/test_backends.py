@@ -147,3 +147,21 @@ def test_wrapper_impl_is_rejected() -> None:
 
     with pytest.raises(PluginError, match=r"plugin 'wrapper'.*cannot be a wrapper"):
         _manager(Wrapper()).backends({})
+
+
+def test_unmarked_hook_function_is_reported(caplog: pytest.LogCaptureFixture) -> None:
+    """A ``hami_*`` function without ``@hookimpl`` would be ignored by pluggy without a word."""
+    import logging
+    import types
+
+    from hami_core.plugins.manager import get_plugin_manager
+
+    module = types.ModuleType("forgetful_plugin")
+
+    def hami_node_devices(backend, node):  # type: ignore[no-untyped-def]
+        return []
+
+    module.hami_node_devices = hami_node_devices  # type: ignore[attr-defined]
+    with caplog.at_level(logging.WARNING, logger="hami.plugins"):
+        get_plugin_manager(load_entrypoints=False, plugins=[module])
+    assert "hami_node_devices" in caplog.text and "@hookimpl" in caplog.text

@@ -119,19 +119,27 @@ def test_container_rejects(text: str, message: str) -> None:
 
 
 def test_int32_bounds_accepted() -> None:
-    assert decode_container_devices(f"a,NVIDIA,{INT32_MAX},{INT32_MIN}:") == (dev("a", INT32_MAX, INT32_MIN),)
+    assert decode_container_devices(f"a,NVIDIA,{INT32_MAX},0:") == (dev("a", INT32_MAX, 0),)
+
+
+@pytest.mark.parametrize("value", ["a,NVIDIA,-1,0:", "a,NVIDIA,0,-5:", ",NVIDIA,1,1:", "a,,1,1:"])
+def test_negative_or_empty_fields_are_refused(value: str) -> None:
+    """A negative or anonymous booking would un-book other pods' usage, so it is an error, never ignored."""
+    with pytest.raises(WireFormatError, match=r"^hami\.io/vgpu-devices-allocated: "):
+        decode_container_devices(value, key="hami.io/vgpu-devices-allocated")
 
 
 @pytest.mark.parametrize("bad", [dev("a,b", 1, 1), dev("a:b", 1, 1), dev("a", 1, 1, "NV;IDIA"),
-                                 dev("a", INT32_MAX + 1, 1), dev("a", 1, INT32_MIN - 1)])
+                                 dev("a", INT32_MAX + 1, 1), dev("a", 1, INT32_MIN - 1),
+                                 dev("a", -1, 1), dev("", 1, 1)])
 def test_encoder_refuses_unencodable(bad: ContainerDevice) -> None:
     with pytest.raises(WireFormatError):
         encode_container_devices([bad])
 
 
-_text = st.text(st.characters(blacklist_characters=",:;", blacklist_categories=("Cs",)))
-_devices = st.builds(ContainerDevice, uuid=_text, type=_text, usedmem=st.integers(INT32_MIN, INT32_MAX),
-                     usedcores=st.integers(INT32_MIN, INT32_MAX))
+_text = st.text(st.characters(blacklist_characters=",:;", blacklist_categories=("Cs",)), min_size=1)
+_devices = st.builds(ContainerDevice, uuid=_text, type=_text, usedmem=st.integers(0, INT32_MAX),
+                     usedcores=st.integers(0, INT32_MAX))
 _psd = st.lists(st.lists(_devices, max_size=3).map(tuple), max_size=4).map(tuple)
 
 
