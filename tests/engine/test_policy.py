@@ -77,3 +77,39 @@ def test_standard_fit_topology_pick() -> None:
     assert [d.uuid for d in one.devices] == ["dev-1"]
     two = standard_fit(devs, DeviceRequest("T", 2, 1), topology=True)
     assert sorted(d.uuid for d in two.devices) == ["dev-0", "dev-2"]
+
+
+def _dev(id: str, **kw: object) -> DeviceUsage:
+    used = kw.pop("used", 0)
+    usedmem = kw.pop("usedmem", 0)
+    usedcores = kw.pop("usedcores", 0)
+    health = kw.pop("health", True)
+    info = DeviceInfo(id, count=kw.pop("count", 10), devmem=kw.pop("devmem", 1000), devcore=100, type="T",
+                      numa=kw.pop("numa", 0), health=health)  # type: ignore[arg-type]
+    return DeviceUsage(info, used, usedmem, usedcores)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("devices", "request_", "options", "expected"), [
+    ([_dev("a", health=False)], DeviceRequest("T", 1, 10), {}, "1/1 CardNotHealth"),
+    ([_dev("a")], DeviceRequest("T", 1, 10), {"cordoned": {"a"}}, "1/1 CardCordoned"),
+    ([_dev("a")], DeviceRequest("T", 1, 10), {"type_ok": lambda d: False}, "1/1 CardTypeMismatch"),
+    ([_dev("a")], DeviceRequest("T", 1, 10), {"uuid_ok": lambda d: False}, "1/1 CardUuidMismatch"),
+    ([_dev("a", used=10)], DeviceRequest("T", 1, 10), {}, "1/1 CardTimeSlicingExhausted"),
+    ([_dev("a", used=1)], DeviceRequest("T", 1, 10), {"mutex": True}, "1/1 ExclusiveDeviceAllocateConflict"),
+    ([_dev("a")], DeviceRequest("T", 1, 10), {"quota": lambda d, m, c, chosen: False}, "1/1 ResourceQuotaNotFit"),
+    ([_dev("a", usedmem=995)], DeviceRequest("T", 1, 10), {}, "1/1 CardInsufficientMemory"),
+    ([_dev("a", usedcores=90)], DeviceRequest("T", 1, 10, coresreq=20), {}, "1/1 CardInsufficientCore"),
+    ([_dev("a", used=1)], DeviceRequest("T", 1, 10, coresreq=100), {}, "1/1 ExclusiveDeviceAllocateConflict"),
+    ([_dev("a", usedcores=100)], DeviceRequest("T", 1, 10), {}, "1/1 CardComputeUnitsExhausted"),
+    ([_dev("a")], DeviceRequest("T", 1, 10), {"custom_rule": lambda d, m, c, chosen: False},
+     "1/1 CardNotFoundCustomFilterRule"),
+    ([_dev("a")], DeviceRequest("T", 2, 10), {}, "1/1 AllocatedCardsInsufficientRequest"),
+    ([_dev("a", numa=0), _dev("b", numa=1)], DeviceRequest("T", 2, 10), {"numa_bind": True},
+     "1/2 AllocatedCardsInsufficientRequest, 1/2 NumaNotFit"),
+    ([], DeviceRequest("T", 1, 10), {}, "NodeInsufficientDevice"),
+])
+def test_every_reason_word(devices: list[DeviceUsage], request_: DeviceRequest, options: dict[str, object],
+                           expected: str) -> None:
+    result = standard_fit(devices, request_, **options)  # type: ignore[arg-type]
+    assert not result.ok
+    assert result.reason == expected
