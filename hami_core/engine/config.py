@@ -6,7 +6,6 @@ plugins that own them; this module validates the file's overall shape and the ``
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,8 +17,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from hami_core.engine.policy import validate_gpu_policy
 from hami_core.plugins.errors import ConfigError
 from hami_core.wire import keys
-
-log = logging.getLogger("hami.config")
 
 #: Top-level sections of HAMi's device-config.yaml (spec §10.1).
 HAMI_SECTIONS = frozenset({"nvidia", "cambricon", "hygon", "metax", "mthreads", "iluvatars", "enflame", "kunlun",

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -148,11 +148,7 @@ class Engine:
         if not isinstance(device, DeviceInfo):
             raise PluginError(f"plugin {backend.plugin!r}: hami_node_devices returned {device!r}, "
                               "expected DeviceInfo")
-        if device.vendor == backend.name:
-            return device
-        from dataclasses import replace
-
-        return replace(device, vendor=backend.name)
+        return device if device.vendor == backend.name else replace(device, vendor=backend.name)
 
     def remove_node(self, name: str) -> None:
         """Forget a node. Bookings of its pods are kept, so they reappear if the node comes back."""
