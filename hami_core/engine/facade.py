@@ -133,6 +133,9 @@ class Engine:
                 patch.update(report.annotations)
                 if not report.healthy:
                     unhealthy[backend.name] = report.reason or "registration is stale"
+                    if state.devices.get(backend.name) and backend.handshake_annotation:
+                        # HAMi's NodeCleanUp: a node dropped from the cache loses its handshake mark.
+                        patch[backend.handshake_annotation] = None
                     self.hook.hami_node_removed(backend=backend, node_name=name,
                                                 state=self._health_state[backend.name])
                     continue

@@ -157,6 +157,7 @@ def test_stale_handshake_without_allocatable_drops_the_devices(engine: Engine, c
     annos = {ACME_HANDSHAKE: "Requesting_" + _local(T0 - 61)}
     status = engine.upsert_node(make_node("n", [acme_device(0)], annotations=annos, allocatable={}))
     assert status.devices == {} and "ACME" in status.unhealthy
+    assert status.patch == {}  # never registered, so nothing to clean up
     assert engine.schedule(make_pod("p", acme(1, 1000))).failed == {"n": "node unregistered"}
     fresh = {ACME_HANDSHAKE: "Requesting_" + _local(T0 - 30)}
     fresh_status = engine.upsert_node(make_node("n", [acme_device(0)], annotations=fresh, allocatable={}))
@@ -168,3 +169,13 @@ def test_stale_handshake_without_allocatable_drops_the_devices(engine: Engine, c
 def test_node_without_name_is_rejected(engine: Engine) -> None:
     with pytest.raises(WireFormatError, match=r"metadata\.name"):
         engine.upsert_node({"metadata": {}})
+
+
+def test_node_that_goes_stale_loses_its_handshake_mark(engine: Engine, clock: list[float]) -> None:
+    """HAMi's NodeCleanUp: a registered node that turns stale is dropped and its handshake deleted."""
+    assert engine.upsert_node(make_node("n", [acme_device(0)])).devices == {"ACME": 1}
+    clock[0] = T0 + 7200
+    stale = make_node("n", [acme_device(0)], annotations={ACME_HANDSHAKE: "Requesting_" + _local(T0)},
+                      allocatable={})
+    status = engine.upsert_node(stale)
+    assert status.devices == {} and status.patch == {ACME_HANDSHAKE: None}

@@ -14,7 +14,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from nvidia_testlib import T0, Clock  # noqa: E402
+from nvidia_testlib import T0, Clock
 
 
 @pytest.fixture

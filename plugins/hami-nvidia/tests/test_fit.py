@@ -155,6 +155,9 @@ def test_cordoned_device_is_skipped() -> None:
 def test_all_devices_cordoned() -> None:
     result = fit(two_cards(), request(1, memreq=64, coresreq=50), node_annotations={CORDON: "dev-0,dev-1"})
     assert result.reason == "2/2 CardCordoned"
+    # Entries are trimmed.
+    result = fit(two_cards(), request(1, memreq=64, coresreq=50), node_annotations={CORDON: " dev-0 , dev-1"})
+    assert result.reason == "2/2 CardCordoned"
 
 
 def test_cordon_leaves_existing_usage_alone() -> None:

@@ -28,6 +28,7 @@ from nvidia_testlib import (
     running_pod,
 )
 
+import hami_nvidia.plugin as plugin
 from hami_core.plugins.types import DeviceInfo
 from hami_nvidia import backend as nv
 
@@ -91,19 +92,12 @@ def test_allocatable_drop_to_zero_is_unhealthy_even_with_a_fresh_handshake() -> 
 
 
 def test_forgotten_node_starts_clean() -> None:
-    # HAMi NodeDeleted: after the bookkeeping is dropped, the same node refreshes again.
-    state = {"test-node": (4, "old")}
-    pm_state: dict[str, Any] = state
-    nv_plugin_removed(pm_state, "test-node")
-    assert state == {}
-    assert health(node(handshake="Heartbeat_2099-01-01T00:00:00Z", allocatable=4), state) == (True, True)
-
-
-def nv_plugin_removed(state: dict[str, Any], name: str) -> None:
-    import hami_nvidia.plugin as plugin
-
-    plugin.hami_node_removed(make_backend(), name, state)
+    # HAMi NodeDeleted: once the bookkeeping is dropped, the same node counts as changed again.
+    state: dict[str, Any] = {"test-node": (4, "old"), "other": (2, "x")}
+    plugin.hami_node_removed(make_backend(), "test-node", state)
     plugin.hami_node_removed(make_backend(), "never-seen", state)  # idempotent
+    assert state == {"other": (2, "x")}
+    assert health(node(handshake="Heartbeat_2099-01-01T00:00:00Z", allocatable=4), state) == (True, True)
 
 
 # ------------------------------------------------------------------------------------ generic handshake table (B.1)
@@ -131,7 +125,7 @@ def test_absent_handshake_registers_and_patches_requesting(clock: Clock) -> None
     assert status.devices == {"NVIDIA": 2}
     assert status.unhealthy == {}
     assert status.errors == {}
-    assert status.patch == {HANDSHAKE: "Requesting_" + requesting(T0).removeprefix("Requesting_")}
+    assert status.patch == {HANDSHAKE: requesting(T0)}
 
 
 def test_stale_handshake_drops_the_devices_and_deletes_the_mark(clock: Clock) -> None:
@@ -239,7 +233,7 @@ def test_malformed_registration_keeps_the_previous_devices(clock: Clock, raw: st
 
 def test_pair_scores_are_attached() -> None:
     scores = '[{"uuid":"GPU-0","score":{"GPU-1":100}},{"uuid":"GPU-1","score":{"GPU-0":100}}]'
-    devs = nv.node_devices(make_backend(), make_node("n", DEVICES + [reg("GPU-2", index=2)],
+    devs = nv.node_devices(make_backend(), make_node("n", [*DEVICES, reg("GPU-2", index=2)],
                                                      annotations={SCORE: scores}))
     assert [(d.id, d.pair_scores) for d in devs] == [
         ("GPU-0", {"GPU-1": 100}), ("GPU-1", {"GPU-0": 100}), ("GPU-2", None)]
@@ -266,3 +260,13 @@ def test_pod_without_gpus_is_not_scheduled_by_us(clock: Clock) -> None:
     engine.upsert_node(make_node("n", DEVICES, allocatable=20))
     decision = engine.schedule(make_pod(container()))
     assert decision.skipped and decision.node is None
+
+
+def test_devices_whose_type_lacks_nvidia_are_not_used(clock: Clock) -> None:
+    # Vendors A.3: a backend is only handed devices whose type contains its common word, case-insensitively.
+    engine = make_engine(clock=clock)
+    engine.upsert_node(make_node("n", [reg("GPU-0", type="Tesla P4"), reg("GPU-1", index=1, type="nvidia-t4")],
+                                 allocatable=20))
+    assert [d.id for d in engine.nodes["n"].devices["NVIDIA"]] == ["GPU-1"]
+    decision = engine.schedule(make_pod(gpu_container(mem=100)))
+    assert decision.annotations["hami.io/vgpu-devices-allocated"] == "GPU-1,NVIDIA,100,0:;"
