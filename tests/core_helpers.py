@@ -40,7 +40,7 @@ class AcmePlugin:
         return [DeviceBackend(name="ACME", vendor="acme", resource_names=ResourceNames(COUNT, MEM, "", CORES),
                               register_annotation=ACME_REGISTER, handshake_annotation=ACME_HANDSHAKE,
                               to_allocate_annotation=ACME_TO_ALLOCATE, allocated_annotation=ACME_ALLOCATED,
-                              lock_annotation="hami.io/mutex.lock")]
+                              lock_annotation="hami.io/mutex.lock", standard_capacity=True)]
 
     @hookimpl
     def hami_node_devices(self, backend: DeviceBackend, node: Mapping[str, Any]) -> Any:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import numpy as np
 
 from hami_core.plugins.hookspecs import hookimpl
-from hami_core.plugins.types import NodeScore, ScoreCandidate, UsageTotals
+from hami_core.plugins.types import NodeBatch, UsageTotals
 
 
 def default_score(t: UsageTotals) -> float:
@@ -15,6 +15,15 @@ def default_score(t: UsageTotals) -> float:
     return 10.0 * (t.used / t.count + t.usedcores / t.totalcore + t.usedmem / t.totalmem)
 
 
+def default_scores(totals: np.ndarray) -> np.ndarray:
+    """:func:`default_score` for every row of a ``(n, 6)`` totals array, vectorised."""
+    used, count, usedcores, totalcore, usedmem, totalmem = totals.T
+    valid = (count > 0) & (totalcore > 0) & (totalmem > 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        score = 10.0 * (used / count + usedcores / totalcore + usedmem / totalmem)
+    return np.where(valid, score, 0.0)
+
+
 @hookimpl
-def hami_score_nodes(candidates: Sequence[ScoreCandidate]) -> list[NodeScore]:
-    return [NodeScore(default_score(c.totals)) for c in candidates]
+def hami_prescore_nodes(batch: NodeBatch) -> np.ndarray:
+    return default_scores(np.asarray(batch.totals, dtype=float).reshape(-1, 6))

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from hami_core.engine.decision import Decision
 from hami_core.engine.inventory import NodeState
 from hami_core.engine.ledger import Booking
@@ -22,6 +24,7 @@ from hami_core.plugins.types import (
     FitCandidate,
     FitResult,
     GpuPolicy,
+    NodeBatch,
     NodeScore,
     ScoreCandidate,
     UsageTotals,
@@ -195,13 +198,36 @@ class Cycle:
     def assignment(self, state: NodeState) -> dict[str, tuple[tuple[ContainerDevice, ...], ...]]:
         return {b: tuple(slots) for b, slots in self.alloc.get(state.name, {}).items()}
 
-    def score(self, feasible: Sequence[NodeState]) -> dict[str, float]:
+    def prescore(self, nodes: Sequence[NodeState], totals: np.ndarray) -> np.ndarray:
+        """Every plugin's state-only score per node (``hami_prescore_nodes``), summed."""
+        total = np.zeros(len(nodes))
+        if self.own is not None:
+            for i, state in enumerate(nodes):
+                if state.name == self.own.node:  # score the node as if the pod's reservation were gone
+                    t = self.totals(state)
+                    totals = totals.copy()
+                    totals[i] = (t.used, t.count, t.usedcores, t.totalcore, t.usedmem, t.totalmem)
+        batch = NodeBatch(nodes, totals)
+        for answer in self.hook.hami_prescore_nodes(pod=self.pod, batch=batch, policy=self.policy):
+            if answer is None:
+                continue
+            values = np.asarray(answer, dtype=float)
+            if values.shape != (len(nodes),):
+                raise PluginError(f"hami_prescore_nodes returned {values.shape[0] if values.ndim else 'a scalar'} "
+                                  f"scores for {len(nodes)} nodes")
+            total += values
+        return total
+
+    def score(self, feasible: Sequence[NodeState], pre: Mapping[str, float]) -> dict[str, float]:
+        """Final scores: the prescore plus every ``hami_score_nodes`` answer (neutral ones signed by policy)."""
+        totals = [pre[state.name] for state in feasible]
+        if not self.hook.hami_score_nodes.get_hookimpls():
+            return {state.name: totals[i] for i, state in enumerate(feasible)}
         candidates = []
         for state in feasible:
             previous = (state.devices if state.name not in self.base
                         else {b: self._devices(state, b, init=True) for b in state.devices})
             candidates.append(ScoreCandidate(state, self.assignment(state), previous, self.totals(state)))
-        totals = [0.0] * len(candidates)
         sign = -NEUTRAL_SCORE_FACTOR if self.policy.node == "spread" else NEUTRAL_SCORE_FACTOR
         for answer in self.hook.hami_score_nodes(pod=self.pod, candidates=candidates, policy=self.policy):
             if answer is None:

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from hami_core.engine import admission
 from hami_core.engine.config import HAMI_SECTIONS, EngineConfig, load_config
 from hami_core.engine.cycle import Cycle
@@ -28,6 +30,7 @@ from hami_core.engine.ledger import Booking, Ledger, collapse
 from hami_core.engine.pods import annotations, init_containers_done, is_terminal, metadata, pod_key, pod_ref
 from hami_core.engine.policy import effective_policy
 from hami_core.engine.requests import pod_requests
+from hami_core.engine.table import NodeTable
 from hami_core.plugins.errors import HamiError, PluginError, WireFormatError
 from hami_core.plugins.types import ContainerRequests, DeviceBackend, DeviceInfo, HealthReport, PodDevices
 from hami_core.wire import keys
@@ -82,6 +85,7 @@ class Engine:
                 log.warning("config %s: section %r is neither a HAMi device section nor read by an installed "
                             "plugin; check its spelling", self.config.source, section)
         self.nodes: dict[str, NodeState] = {}
+        self.table = NodeTable()
         self.ledger = Ledger()
         self._health_state: dict[str, dict[str, Any]] = {name: {} for name in self.backends}
         # pod key → node it quarantined (undecodable allocation)
@@ -97,9 +101,7 @@ class Engine:
         name = metadata(node).get("name")
         if not name or not isinstance(name, str):
             raise WireFormatError("node: metadata.name is missing")
-        state = self.nodes.get(name)
-        if state is None:
-            state = self.nodes[name] = NodeState(name)
+        state = self._state(name)
         state.update_object(node)
         now = self.clock()
         new: dict[str, list[DeviceInfo]] = {}
@@ -153,9 +155,18 @@ class Engine:
                               "expected DeviceInfo")
         return device if device.vendor == backend.name else replace(device, vendor=backend.name)
 
+    def _state(self, name: str) -> NodeState:
+        state = self.nodes.get(name)
+        if state is None:
+            state = self.nodes[name] = NodeState(name)
+            self.table.add(state)
+        return state
+
     def remove_node(self, name: str) -> None:
         """Forget a node. Bookings of its pods are kept, so they reappear if the node comes back."""
-        if self.nodes.pop(name, None) is not None:
+        state = self.nodes.pop(name, None)
+        if state is not None:
+            self.table.remove(state)
             for backend in self._backend_list:
                 self.hook.hami_node_removed(backend=backend, node_name=name, state=self._health_state[backend.name])
 
@@ -202,10 +213,7 @@ class Engine:
 
     def _quarantine(self, key: str, node: str, reason: str) -> None:
         self._quarantined_by[key] = node
-        state = self.nodes.get(node)
-        if state is None:
-            state = self.nodes[node] = NodeState(node)
-        state.quarantine[key] = reason
+        self._state(node).quarantine[key] = reason
 
     def _release_quarantine(self, key: str) -> None:
         node = self._quarantined_by.pop(key, None)
@@ -225,14 +233,23 @@ class Engine:
         """
         return admission.admit(self.hook, self._backend_list, pod, self.config.scheduler)
 
-    def schedule(self, pod: Mapping[str, Any], node_names: Iterable[str] | None = None) -> Decision:
+    def schedule(self, pod: Mapping[str, Any], node_names: Iterable[str] | None = None, *,
+                 limit: int | None = None) -> Decision:
         """Choose a node and devices for ``pod`` among ``node_names`` (default: every known node).
 
         Changes no state. A pod that holds a reservation is evaluated as if it did not (HAMi drops a
         pod's reservation when it is filtered again).
+
+        By default every candidate is fitted, so ``decision.nodes`` lists every feasible node and
+        ``decision.failed`` every rejected one. With ``limit=k`` the engine may stop once it has the ``k``
+        best feasible nodes: candidates are fitted best-first by their state-only scores
+        (``hami_prescore_nodes``), after skipping nodes whose capacity summaries rule them out. The
+        chosen node is the same; ``nodes`` and ``failed`` then cover only what was examined, except that
+        when nothing fits every candidate is examined so each gets its reason. (When a plugin scores
+        by the placement itself, ``hami_score_nodes``, every node is fitted anyway.)
         """
         ref = pod_ref(pod)
-        names = sorted(self.nodes) if node_names is None else list(node_names)
+        names = sorted(self.nodes) if node_names is None else sorted(node_names)
         requests = self.requests(pod)
         if requests.empty:
             return Decision(pod=ref, nodes=tuple(names), requests=requests, skipped=True)
@@ -260,12 +277,55 @@ class Engine:
             else:
                 cycle.exclude_own(state)
                 alive.append(state)
-        feasible = cycle.fit(alive) if alive else []
-        if not feasible:
+        if not alive:
             return cycle.decision(None, (), {}, self.clock(), ref)
-        scores = cycle.score(feasible)
+        self.table.refresh()
+        rows = self.table.rows(alive)
+        pre = cycle.prescore(alive, self.table.totals[rows])
+        # Best first; ties keep name order (alive is sorted by name and the sort is stable).
+        order = np.argsort(pre if policy.node == "spread" else -pre, kind="stable")
+        if limit is None or self.hook.hami_score_nodes.get_hookimpls():
+            fit = {id(s) for s in cycle.fit(alive)}
+            picked = [i for i, s in enumerate(alive) if id(s) in fit]
+        else:
+            picked = self._fit_best_first(cycle, alive, rows, order, limit)
+        if not picked:
+            return cycle.decision(None, (), {}, self.clock(), ref)
+        scores = cycle.score([alive[i] for i in picked], {alive[i].name: float(pre[i]) for i in picked})
         ranked = cycle.rank(scores)
+        if limit is not None:
+            ranked = ranked[:limit]
+            scores = {n: scores[n] for n in ranked}
         return cycle.decision(self.nodes[ranked[0]], ranked, scores, self.clock(), ref)
+
+    def _fit_best_first(self, cycle: Cycle, alive: list[NodeState], rows: np.ndarray, order: np.ndarray,
+                        limit: int) -> list[int]:
+        """Fit candidates in ``order`` in growing batches until ``limit`` fit; prefilter by capacity.
+
+        Returns the positions in ``alive`` of the nodes that fit.
+        """
+        possible = np.ones(len(alive), dtype=bool)
+        for container in cycle.requests.containers:
+            for name, request in container.items():
+                if self.backends[name].standard_capacity:
+                    possible &= self.table.feasible(rows, name, request)
+        if cycle.own is not None:  # its own reservation is in the summaries; never prune that node
+            possible |= np.fromiter((s.name == cycle.own.node for s in alive), dtype=bool, count=len(alive))
+        ordered = order[possible[order]]
+        feasible: list[int] = []
+        start, size = 0, 1
+        while start < len(ordered) and len(feasible) < limit:
+            batch = [int(i) for i in ordered[start:start + size]]
+            fit = {id(s) for s in cycle.fit([alive[i] for i in batch])}
+            feasible.extend(i for i in batch if id(alive[i]) in fit)
+            start += size
+            size *= 4
+        if not feasible:
+            # Nothing fits: fit the pruned nodes too, so each rejected node gets HAMi's exact reason.
+            pruned = [alive[i] for i in order if not possible[i]]
+            if pruned:
+                cycle.fit(pruned)
+        return feasible
 
     def reserve(self, pod: Mapping[str, Any], decision: Decision) -> None:
         """Book ``decision``'s devices for ``pod`` (replacing any earlier reservation of the pod)."""

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hami_core.plugins.types import ContainerDevice, DeviceInfo, DeviceUsage, UsageTotals
+
+if TYPE_CHECKING:
+    from hami_core.engine.table import NodeTable
 
 
 class NodeState:
@@ -16,8 +19,8 @@ class NodeState:
     """
 
     __slots__ = ("allocatable", "annotations", "by_uuid", "capacity", "devices", "errors", "generation", "labels",
-                 "mig", "name", "order_cache", "quarantine", "sum_used", "sum_usedcores", "sum_usedmem", "tot_core",
-                 "tot_count", "tot_mem", "types", "unschedulable")
+                 "mig", "name", "order_cache", "quarantine", "row", "sum_used", "sum_usedcores", "sum_usedmem",
+                 "table", "tot_core", "tot_count", "tot_mem", "types", "unschedulable")
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -39,6 +42,9 @@ class NodeState:
         #: (backend, policy key) → (generation, devices in policy order); valid while generation matches.
         self.order_cache: dict[tuple[object, ...], tuple[int, list[DeviceUsage]]] = {}
         self.generation = 0
+        #: The node's row in the engine's :class:`~hami_core.engine.table.NodeTable` (set when added).
+        self.row = -1
+        self.table: NodeTable | None = None
         self.sum_used = self.sum_usedmem = self.sum_usedcores = 0
         self.tot_count = self.tot_mem = self.tot_core = 0
 
@@ -64,6 +70,8 @@ class NodeState:
         self.tot_mem = sum(d.totalmem for d in all_devs)
         self.tot_core = sum(d.totalcore for d in all_devs)
         self.generation += 1
+        if self.table is not None:
+            self.table.dirty.add(self.row)
 
     @property
     def registered(self) -> bool:
@@ -82,6 +90,8 @@ class NodeState:
         self.sum_usedmem += dev.usedmem * sign
         self.sum_usedcores += dev.usedcores * sign
         self.generation += 1
+        if self.table is not None:
+            self.table.dirty.add(self.row)
         return True
 
     def totals(self) -> UsageTotals:

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
         HealthReport,
         LockSpec,
         Mutation,
+        NodeBatch,
         NodeScore,
         PodSingleDevice,
         ScoreCandidate,
@@ -203,6 +204,21 @@ def hami_filter_nodes(
 
 
 @_hookspec
+def hami_prescore_nodes(pod: Mapping[str, Any], batch: NodeBatch, policy: GpuPolicy) -> Sequence[float] | None:
+    """Score every candidate node from its state alone, before any fit (the framework's PreScore).
+
+    Phase: score; one call per pod, over all candidates. Every plugin may answer; the engine adds the
+    answers (raw, "higher is better", one number per ``batch.nodes`` entry, or a numpy array) to the
+    :func:`hami_score_nodes` totals. The default plugin contributes HAMi's default node score from
+    ``batch.totals``. Because these scores do not depend on where the pod's devices would go, the
+    engine can fit nodes best-first and stop at the first that fits when no plugin implements
+    :func:`hami_score_nodes` (``Engine.schedule(..., limit=1)``).
+
+    :returns: one float per node in ``batch.nodes`` order, or ``None``.
+    """
+
+
+@_hookspec
 def hami_score_nodes(
     pod: Mapping[str, Any], candidates: Sequence[ScoreCandidate], policy: GpuPolicy
 ) -> Sequence[NodeScore | None] | None:
@@ -212,7 +228,8 @@ def hami_score_nodes(
     (``None`` for a node or for the whole call contributes nothing). Values are raw, "higher is
     better"; the engine applies the node policy (binpack picks the highest total, spread the
     lowest). A ``NodeScore(neutral=True)`` is multiplied by +10000 under binpack and -10000 under
-    spread. The default plugin contributes HAMi's default score from ``candidate.totals``.
+    spread. Scores that need only the node's state belong in :func:`hami_prescore_nodes`, which keeps
+    best-first evaluation possible; implementing this hook makes every decision fit every node.
 
     :returns: one :class:`NodeScore` (or ``None``) per candidate, in order, or ``None``.
     """

@@ -88,6 +88,11 @@ class DeviceBackend:
     use_uuid_annotation: str | None = None
     nouse_uuid_annotation: str | None = None
     lock_annotation: str | None = None
+    #: The backend's fit never places a request on a device without a free slot, with fewer free cores
+    #: than ``min(coresreq, 100)`` or less free memory than ``memreq``, nor a 100-core request on a busy
+    #: 100-core device (true of :func:`~hami_core.engine.fit.standard_fit`). The engine may then skip,
+    #: from numeric summaries, nodes that cannot meet these before calling the filter hook.
+    standard_capacity: bool = False
     config: Any = field(default=None, compare=False, repr=False)
     #: Filled in by the plugin manager: the name of the plugin that registered this backend.
     plugin: str = ""
@@ -378,6 +383,20 @@ class UsageTotals:
     totalcore: int = 0
     usedmem: int = 0
     totalmem: int = 0
+
+
+class NodeBatch:
+    """Every candidate node of one decision, for ``hami_prescore_nodes``.
+
+    ``nodes[i]`` is a node and ``totals[i]`` its node-wide sums before the pod, as a numpy array with the
+    columns ``used, count, usedcores, totalcore, usedmem, totalmem`` (so scorers can be vectorised).
+    """
+
+    __slots__ = ("nodes", "totals")
+
+    def __init__(self, nodes: Sequence[NodeView], totals: Any) -> None:
+        self.nodes = nodes
+        self.totals = totals
 
 
 class ScoreCandidate:

@@ -196,3 +196,22 @@ def test_hook_hami_allocate() -> None:
     out = pm.hook.hami_allocate(backend=backend, pod={}, container_index=1,
                                 devices=[ContainerDevice("dev0", "ACME", 100, 0)])
     assert out.env == {"ACME_VISIBLE": "dev0", "ACME_CTR": "1"}
+
+
+def test_hook_hami_prescore_nodes(make_engine) -> None:
+    import numpy as np
+
+    seen: list[tuple[int, tuple[float, ...]]] = []
+
+    class PreferB:
+        @hookimpl
+        def hami_prescore_nodes(self, batch, policy) -> Any:
+            seen.append((len(batch.nodes), tuple(batch.totals[:, 1])))  # column 1 = split count sum
+            return np.array([100.0 if n.name == "b" else 0.0 for n in batch.nodes])
+
+    engine = make_engine(None, PreferB())
+    for name in ("a", "b", "c"):
+        engine.upsert_node(make_node(name, [acme_device(0)]))
+    d = engine.schedule(make_pod("p", acme(1, 100)), limit=1)
+    assert d.node == "b" and d.nodes == ("b",) and d.scores == {"b": 100.0}
+    assert seen == [(3, (10.0, 10.0, 10.0))]

@@ -58,6 +58,7 @@ def make_backend(cfg: NvidiaConfig) -> DeviceBackend:
         use_uuid_annotation=keys.NVIDIA_USE_GPUUUID,
         nouse_uuid_annotation=keys.NVIDIA_NOUSE_GPUUUID,
         lock_annotation=keys.NODE_LOCK,
+        standard_capacity=True,
         config=cfg,
     )
 

@@ -1,0 +1,114 @@
+"""Per-node numeric summaries in numpy arrays, so a decision can rank and prefilter every node at once.
+
+Rows are refreshed lazily: a node whose usage or devices change is marked dirty and its row is
+recomputed (from at most a handful of devices) the next time a decision reads the table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from hami_core.plugins.types import DeviceRequest
+
+if TYPE_CHECKING:
+    from hami_core.engine.inventory import NodeState
+
+#: Columns of :attr:`NodeTable.totals` (node-wide sums over every device, as HAMi's node score uses them).
+USED, COUNT, USEDCORES, TOTALCORE, USEDMEM, TOTALMEM = range(6)
+#: Columns of a backend's capacity summary: devices with a free slot, the largest free cores and free memory
+#: among them, and devices that could take an exclusive (100-core) request.
+NFREE, MAXCORES, MAXMEM, NIDLE = range(4)
+
+
+class NodeTable:
+    """Node rows: ``totals`` (node-wide usage sums) and, per backend, a capacity summary for prefiltering."""
+
+    def __init__(self, capacity: int = 64) -> None:
+        self.states: list[NodeState | None] = [None] * capacity
+        self.totals = np.zeros((capacity, 6))
+        self.capacity: dict[str, np.ndarray] = {}
+        self._free_rows: list[int] = list(range(capacity - 1, -1, -1))
+        self.dirty: set[int] = set()
+
+    def add(self, state: NodeState) -> None:
+        if not self._free_rows:
+            self._grow()
+        row = self._free_rows.pop()
+        self.states[row] = state
+        state.row = row
+        state.table = self
+        self.dirty.add(row)
+
+    def remove(self, state: NodeState) -> None:
+        row = state.row
+        if row < 0 or self.states[row] is not state:
+            return
+        self.states[row] = None
+        self.totals[row] = 0
+        for arr in self.capacity.values():
+            arr[row] = 0
+        self.dirty.discard(row)
+        self._free_rows.append(row)
+        state.row = -1
+        state.table = None
+
+    def _grow(self) -> None:
+        old = len(self.states)
+        new = old * 2
+        self.states.extend([None] * (new - old))
+        self.totals = np.vstack([self.totals, np.zeros((new - old, 6))])
+        for backend, arr in self.capacity.items():
+            self.capacity[backend] = np.vstack([arr, np.zeros((new - old, 4))])
+        self._free_rows.extend(range(new - 1, old - 1, -1))
+
+    def refresh(self) -> None:
+        """Recompute every dirty row."""
+        for row in self.dirty:
+            state = self.states[row]
+            if state is None:
+                continue
+            self.totals[row] = (state.sum_used, state.tot_count, state.sum_usedcores, state.tot_core,
+                                state.sum_usedmem, state.tot_mem)
+            for backend, arr in self.capacity.items():
+                if backend not in state.devices:
+                    arr[row] = 0
+            for backend, devs in state.devices.items():
+                arr = self.capacity.get(backend)
+                if arr is None:
+                    arr = self.capacity[backend] = np.zeros((len(self.states), 4))
+                nfree = nidle = 0
+                maxcores = maxmem = 0
+                for d in devs:
+                    if not d.health or d.used >= d.count:
+                        continue
+                    nfree += 1
+                    maxcores = max(maxcores, d.totalcore - d.usedcores)
+                    maxmem = max(maxmem, d.totalmem - d.usedmem)
+                    if d.used == 0 or d.totalcore != 100:
+                        nidle += 1
+                arr[row] = (nfree, maxcores, maxmem, nidle)
+        self.dirty.clear()
+
+    def rows(self, states: Iterable[NodeState]) -> np.ndarray:
+        return np.fromiter((s.row for s in states), dtype=np.intp)
+
+    def feasible(self, rows: np.ndarray, backend: str, request: DeviceRequest) -> np.ndarray:
+        """Boolean mask over ``rows``: nodes that *might* fit ``request`` (never excludes one that fits).
+
+        Valid for backends that declare ``standard_capacity`` (their fit honours slots, cores, memory
+        and exclusive cards as HAMi's standard fit does).
+        """
+        arr = self.capacity.get(backend)
+        if arr is None:
+            return np.zeros(len(rows), dtype=bool)
+        sub = arr[rows]
+        cores = min(request.coresreq, 100)
+        mask = (sub[:, NFREE] >= request.nums) & (sub[:, MAXCORES] >= cores)
+        if request.memreq > 0:
+            mask &= sub[:, MAXMEM] >= request.memreq
+        if cores >= 100:
+            mask &= sub[:, NIDLE] >= request.nums
+        return mask
