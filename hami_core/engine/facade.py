@@ -32,7 +32,14 @@ from hami_core.engine.policy import effective_policy
 from hami_core.engine.requests import pod_requests
 from hami_core.engine.table import NodeTable
 from hami_core.plugins.errors import HamiError, PluginError, WireFormatError
-from hami_core.plugins.types import ContainerRequests, DeviceBackend, DeviceInfo, HealthReport, PodDevices
+from hami_core.plugins.types import (
+    ContainerRequests,
+    DeviceBackend,
+    DeviceInfo,
+    HealthReport,
+    PodDevices,
+    PolicyInfo,
+)
 from hami_core.wire import keys
 from hami_core.wire.common import parse_go_bool
 from hami_core.wire.reasons import NODE_UNREGISTERED
@@ -90,6 +97,16 @@ class Engine:
         self._health_state: dict[str, dict[str, Any]] = {name: {} for name in self.backends}
         # pod key → node it quarantined (undecodable allocation)
         self._quarantined_by: dict[str, str] = {}
+
+    def policies(self) -> list[PolicyInfo]:
+        """Every scheduling policy the loaded plugins offer (``hami_scheduling_policies``), sorted."""
+        out: dict[tuple[str, str], PolicyInfo] = {}
+        for answer in self.hook.hami_scheduling_policies():
+            for info in answer or ():
+                if not isinstance(info, PolicyInfo):
+                    raise PluginError(f"hami_scheduling_policies returned {info!r}, expected PolicyInfo")
+                out.setdefault((info.kind, info.name), info)
+        return [out[k] for k in sorted(out)]
 
     # ------------------------------------------------------------------------------- inventory
     def upsert_node(self, node: Mapping[str, Any]) -> NodeStatus:

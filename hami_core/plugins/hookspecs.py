@@ -38,6 +38,7 @@ if TYPE_CHECKING:
         NodeBatch,
         NodeScore,
         PodSingleDevice,
+        PolicyInfo,
         ScoreCandidate,
     )
 
@@ -72,6 +73,26 @@ def hami_device_backends(config: Mapping[str, Any]) -> Iterable[DeviceBackend] |
             section = MyConfig.model_validate(config.get("acme") or {})
             return [DeviceBackend(name="ACME", vendor="acme", resource_names=ResourceNames("acme.com/npu"),
                                   config=section)]
+    """
+
+
+@_hookspec
+def hami_scheduling_policies() -> Iterable[PolicyInfo] | None:
+    """Declare the scheduling policies this plugin implements, so tools can list and validate them.
+
+    Phase: registration. Every plugin may answer; the answers are concatenated. The built-in plugin
+    declares HAMi's node policies (``binpack``, ``spread``) and GPU policies (``binpack``, ``spread``,
+    ``mutex``, ``numa``, ``topology-aware``). A policy plugin declares its name here and acts on it in
+    the score hooks (``policy.node``) or the filter hook (``policy.gpu_tokens``); ``hami simulate
+    --policy`` then offers it with no simulator change.
+
+    :returns: an iterable of :class:`PolicyInfo`.
+
+    Example::
+
+        @hookimpl
+        def hami_scheduling_policies():
+            return [PolicyInfo("fgd", "node", "least growth of expected GPU fragmentation")]
     """
 
 

@@ -429,6 +429,25 @@ class NodeScore:
     neutral: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class PolicyInfo:
+    """A scheduling policy a plugin offers, by the name users write in annotations, config and CLIs.
+
+    ``kind`` is ``"node"`` (``hami.io/node-scheduler-policy``: which node) or ``"gpu"``
+    (``hami.io/gpu-scheduler-policy``: which devices on the node).
+    """
+
+    name: str
+    kind: str
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        _require(bool(self.name) and "," not in self.name and "/" not in self.name, "PolicyInfo",
+                 f"name {self.name!r} must be non-empty and free of ',' and '/'")
+        _require(self.kind in ("node", "gpu"), f"PolicyInfo {self.name!r}",
+                 f"kind must be node or gpu, not {self.kind!r}")
+
+
 # --------------------------------------------------------------------------------------------------
 # Bind
 # --------------------------------------------------------------------------------------------------

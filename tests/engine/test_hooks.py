@@ -215,3 +215,17 @@ def test_hook_hami_prescore_nodes(make_engine) -> None:
     d = engine.schedule(make_pod("p", acme(1, 100)), limit=1)
     assert d.node == "b" and d.nodes == ("b",) and d.scores == {"b": 100.0}
     assert seen == [(3, (10.0, 10.0, 10.0))]
+
+
+def test_hook_hami_scheduling_policies(make_engine) -> None:
+    from hami_core.plugins.types import PolicyInfo
+
+    class Fgd:
+        @hookimpl
+        def hami_scheduling_policies(self) -> Any:
+            return [PolicyInfo("fgd", "node", "fragmentation gradient descent")]
+
+    names = {(p.kind, p.name) for p in make_engine(None, Fgd()).policies()}
+    assert {("node", "binpack"), ("node", "spread"), ("gpu", "mutex"), ("node", "fgd")} <= names
+    with pytest.raises(PluginError, match="PolicyInfo"):
+        PolicyInfo("a/b", "node")
