@@ -1,0 +1,169 @@
+"""Experiments: inputs x policies x seeds → runs, and the summary of each policy across seeds."""
+
+from __future__ import annotations
+
+import random
+import re
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from hami_core.engine.config import EngineConfig, SchedulerConfig
+from hami_core.engine.facade import Engine
+from hami_core.plugins.errors import AdmissionDenied, AdmissionFailed, HamiError
+from hami_core.sim.fragmentation import workload_classes
+from hami_core.sim.replay import Replay, RunResult
+from hami_core.sim.workload import SimPod, from_pod, inflate
+
+
+class PolicyError(HamiError):
+    """A ``--policy`` item names no policy that the loaded plugins offer."""
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """A node policy and a GPU policy, run together; ``label`` is how reports name the pair."""
+
+    label: str
+    node: str
+    gpu: str
+
+
+def resolve_policies(spec: str, engine: Engine) -> list[Policy]:
+    """Parse ``binpack,spread,binpack/spread`` against the policies the plugins declare.
+
+    Each item is ``NODE/GPU`` (``+`` chains GPU tokens: ``binpack/binpack+numa``) or a single name,
+    which sets both levels where it names both (``binpack``), else the level it names; the other
+    level keeps the configured default.
+    """
+    offered = engine.policies()
+    node_names = {p.name for p in offered if p.kind == "node"}
+    gpu_names = {p.name for p in offered if p.kind == "gpu"}
+    defaults = engine.config.scheduler
+    out: list[Policy] = []
+
+    def unknown(kind: str, name: str, names: set[str]) -> PolicyError:
+        return PolicyError(f"--policy: unknown {kind} policy {name!r}; available {kind} policies: "
+                           f"{', '.join(sorted(names))}")
+
+    for item in (s.strip() for s in spec.split(",")):
+        if not item:
+            continue
+        if "/" in item:
+            node, gpu = item.split("/", 1)
+            gpu = gpu.replace("+", ",")
+            if node not in node_names:
+                raise unknown("node", node, node_names)
+            bad = [t for t in gpu.split(",") if t not in gpu_names]
+            if bad:
+                raise unknown("GPU", bad[0], gpu_names)
+            out.append(Policy(item, node, gpu))
+        elif item in node_names:
+            out.append(Policy(item, item, item if item in gpu_names else defaults.gpu_scheduler_policy))
+        elif item in gpu_names:
+            out.append(Policy(item, defaults.node_scheduler_policy, item))
+        else:
+            raise unknown("node or GPU", item, node_names | gpu_names)
+    if not out:
+        raise PolicyError("--policy: no policy given")
+    return out
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``42`` → [42]; ``42-51`` → [42..51]; ``1,5,9`` → [1, 5, 9]."""
+    seeds: list[int] = []
+    for part in (p.strip() for p in text.split(",")):
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        if not m or (m.group(2) is not None and int(m.group(2)) < int(m.group(1))):
+            raise PolicyError(f"--seeds: expected N, N-M or a comma list of non-negative integers, got {text!r}")
+        seeds.extend(range(int(m.group(1)), int(m.group(2) or m.group(1)) + 1))
+    return seeds
+
+
+def sim_pods(engine: Engine, pods: Sequence[Mapping[str, Any]]) -> list[SimPod]:
+    """YAML pods as simulator tasks (their requests as admission would leave them)."""
+    out = []
+    for pod in pods:
+        try:
+            requests = engine.requests(engine.admit(pod))
+        except (AdmissionDenied, AdmissionFailed):
+            requests = engine.requests(pod)
+        out.append(from_pod(pod, requests))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Experiment:
+    """What to run: a cluster, a task list, policies, and either arrival order or seeded inflation."""
+
+    config: EngineConfig
+    plugins: Any
+    nodes: Sequence[Mapping[str, Any]]
+    tasks: Sequence[SimPod]
+    policies: Sequence[Policy]
+    seeds: Sequence[int] | None = None  # None: arrival order as given
+    inflate: float = 1.3
+    keep_placements: bool = False
+
+    def engine(self, policy: Policy) -> Engine:
+        sched = self.config.scheduler.model_dump()
+        sched.update(node_scheduler_policy=policy.node, gpu_scheduler_policy=policy.gpu)
+        cfg = replace(self.config, scheduler=SchedulerConfig.model_validate(sched))
+        return Engine(cfg, plugins=self.plugins)
+
+    def task_list(self, seed: int | None, capacity: int) -> list[SimPod]:
+        if seed is None:
+            return list(self.tasks)
+        return inflate(self.tasks, capacity, self.inflate, random.Random(seed))
+
+    def total_runs(self) -> int:
+        return len(self.policies) * (len(self.seeds) if self.seeds is not None else 1)
+
+    def run(self, progress: Callable[[int], None] | None = None,
+            on_start: Callable[[Policy, int | None, int], None] | None = None) -> list[RunResult]:
+        results = []
+        task_lists: dict[int | None, list[SimPod]] = {}
+        for seed in (self.seeds if self.seeds is not None else [None]):
+            for policy in self.policies:
+                replay = Replay(self.engine(policy), self.nodes, policy=policy.label, seed=seed,
+                                keep_placements=self.keep_placements)
+                if seed not in task_lists:
+                    task_lists[seed] = self.task_list(seed, replay.result.capacity_milli)
+                tasks = task_lists[seed]
+                replay.use_workload(workload_classes(tasks))
+                if on_start is not None:
+                    on_start(policy, seed, len(tasks))
+                results.append(replay.run(tasks, progress))
+        return results
+
+
+def _stats(values: Sequence[float]) -> dict[str, float]:
+    if not values:
+        return {"mean": 0.0, "std": 0.0, "min": 0.0, "max": 0.0}
+    return {"mean": round(statistics.fmean(values), 3),
+            "std": round(statistics.pstdev(values), 3) if len(values) > 1 else 0.0,
+            "min": round(min(values), 3), "max": round(max(values), 3)}
+
+
+def summarize(runs: Sequence[RunResult]) -> dict[str, dict[str, Any]]:
+    """Per policy, across seeds: mean and spread of the figures of merit."""
+    by_policy: dict[str, list[RunResult]] = {}
+    for r in runs:
+        by_policy.setdefault(r.policy, []).append(r)
+    out: dict[str, dict[str, Any]] = {}
+    for policy, rs in by_policy.items():
+        at100 = [r.ratio_at_100 for r in rs if r.ratio_at_100 is not None]
+        frag = [r.fragmentation_at_100 for r in rs if r.fragmentation_at_100 is not None]
+        out[policy] = {
+            "runs": len(rs),
+            "gpu_allocation_ratio_at_100": _stats(at100)["mean"] if at100 else None,
+            "gpu_allocation_ratio_at_100_stats": _stats(at100) if at100 else None,
+            "final_gpu_allocation_ratio": _stats([r.final_ratio for r in rs])["mean"],
+            "fragmentation_ratio_at_100": _stats(frag)["mean"] if frag else None,
+            "placed": _stats([float(r.placed) for r in rs])["mean"],
+            "failed": _stats([float(r.failed) for r in rs])["mean"],
+            "wall_s": _stats([r.wall_s for r in rs])["mean"],
+            "decisions_per_s": _stats([r.decisions_per_s for r in rs])["mean"],
+        }
+    return out
