@@ -1,8 +1,9 @@
-"""`hami simulate`: the bundled demo and user-supplied YAML, through the real CLI entry point."""
+"""`hami simulate` through the real CLI entry point: the bundled demo, user YAML, errors, reports."""
 
 from __future__ import annotations
 
 import json
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -15,37 +16,58 @@ def _run_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
+def _placements(report: dict) -> dict[str, dict]:
+    return {p["pod"]: p for p in report["runs"][0]["placements"]}
+
+
 def test_bundled_demo_places_what_fits(capsys: pytest.CaptureFixture[str]) -> None:
     report = _run_json(capsys)
-    pods = {p["pod"]: p for p in report["pods"]}
-    assert report["requested"] == 17 and report["placed"] == 14
-    assert pods["default/web-frontend"]["skipped"]
+    pods = _placements(report)
+    run = report["runs"][0]
+    assert (run["policy"], run["node_policy"], run["gpu_policy"], run["seed"]) == ("binpack/spread", "binpack",
+                                                                                    "spread", None)
+    assert run["tasks"] == 18 and run["placed"] == 15 and run["failed"] == 3
+    # a pod without devices still gets a node (binpack: the most allocated one that has room)
+    assert pods["default/web-frontend"]["skipped"] and pods["default/web-frontend"]["node"] == "gpu-a100-0"
     big = pods["research/too-big"]
-    assert big["node"] is None
+    assert big["node"] is None and big["reason"] == "CardInsufficientMemory"
     assert big["failed"]["gpu-a100-0"] == "8/8 CardInsufficientMemory"
     assert big["failed"]["cpu-0"] == "node unregistered"
     assert "CardCordoned" in big["failed"]["gpu-t4-0"]
     llm = pods["research/train-llm-0"]
     assert llm["node"].startswith("gpu-a100")
     assert llm["annotations"]["hami.io/vgpu-devices-allocated"].count(",NVIDIA,40960,100:") == 4
-    t4 = pods["media/t4-transcode"]
-    assert t4["node"] == "gpu-t4-0"
-    # every device's booked memory equals what the placed pods were given
-    used = sum(d["usedmem"] for devs in report["nodes"].values() for d in devs)
-    assert used > 0 and all(d["usedmem"] <= d["totalmem"] for devs in report["nodes"].values() for d in devs)
+    assert pods["media/t4-transcode"]["node"] == "gpu-t4-0"
+    assert all(d["usedmem"] <= d["totalmem"] for devs in report["nodes"].values() for d in devs)
+    assert run["failed_by_reason"] == {"CardInsufficientMemory": 3}
 
 
 def test_table_report(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["simulate"]) == 0
+    assert main(["simulate", "--no-progress"]) == 0
     out = capsys.readouterr().out
-    assert "Placements (arrival order)" in out and "Device usage per node" in out
-    assert "14/17 pods requesting devices were placed" in out
+    for text in ("Placements (arrival order", "Device usage per node", "Policies compared",
+                 "14/17 pods requesting devices were placed"):
+        assert text in out
 
 
-def test_policy_flags_change_placements(capsys: pytest.CaptureFixture[str]) -> None:
-    binpack = {p["pod"]: p["node"] for p in _run_json(capsys)["pods"]}
-    spread = {p["pod"]: p["node"] for p in _run_json(capsys, "--node-policy", "spread")["pods"]}
+def test_policy_flags_and_lists(capsys: pytest.CaptureFixture[str]) -> None:
+    binpack = {pod: p["node"] for pod, p in _placements(_run_json(capsys)).items()}
+    spread = {pod: p["node"] for pod, p in _placements(_run_json(capsys, "--node-policy", "spread")).items()}
     assert binpack != spread
+    compared = _run_json(capsys, "--policy", "binpack,spread,binpack/mutex")
+    assert [r["policy"] for r in compared["runs"]] == ["binpack", "spread", "binpack/mutex"]
+    assert [(r["node_policy"], r["gpu_policy"]) for r in compared["runs"]] == [
+        ("binpack", "binpack"), ("spread", "spread"), ("binpack", "mutex")]
+    assert set(compared["summary"]) == {"binpack", "spread", "binpack/mutex"}
+    assert main(["simulate", "--policy", "list"]) == 0
+    listed = capsys.readouterr().out
+    assert "topology-aware" in listed and "spread" in listed
+
+
+def test_unknown_policy_names_the_choices(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "--policy", "fastest"]) == 1
+    err = capsys.readouterr().err
+    assert "unknown node or GPU policy 'fastest'" in err and "binpack" in err
 
 
 def test_user_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -57,8 +79,9 @@ def test_user_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         f"---\nkind: Pod\nmetadata: {{name: p{i}}}\nspec:\n  containers:\n  - name: c\n    resources:\n"
         "      limits: {nvidia.com/gpu: 1, nvidia.com/gpumem: 400}\n" for i in range(3)))
     report = _run_json(capsys, "--cluster", str(tmp_path / "nodes.yaml"), "--workload", str(tmp_path / "pods.yaml"))
-    assert [p["node"] for p in report["pods"]] == ["n1", "n1", None]
-    assert report["pods"][2]["failed"] == {"n1": "1/1 CardTimeSlicingExhausted"}
+    placements = report["runs"][0]["placements"]
+    assert [p["node"] for p in placements] == ["n1", "n1", None]
+    assert placements[2]["failed"] == {"n1": "1/1 CardTimeSlicingExhausted"}
 
 
 @pytest.mark.parametrize(("content", "message"), [
@@ -78,6 +101,41 @@ def test_bad_input_is_one_clean_error(tmp_path: Path, capsys: pytest.CaptureFixt
     assert err.startswith("hami: error: ") and message in err and "Traceback" not in err
 
 
-def test_bad_gpu_policy_flag(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["simulate", "--gpu-policy", "fastest"]) == 1
-    assert "gpuSchedulerPolicy" in capsys.readouterr().err
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--gpu-policy", "fastest"], "gpuSchedulerPolicy"),
+    (["--seeds", "9-3"], "--seeds"),
+    (["--trace-pods", "/nonexistent.csv"], "cannot read trace file"),
+])
+def test_bad_flags(capsys: pytest.CaptureFixture[str], args: list[str], needle: str) -> None:
+    assert main(["simulate", *args]) == 1
+    assert needle in capsys.readouterr().err
+
+
+class _Checker(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append(tag)
+
+
+def test_report_and_html_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out, page = tmp_path / "r.json", tmp_path / "r.html"
+    assert main(["simulate", "--no-progress", "--policy", "binpack,spread", "--report", str(out), "--html",
+                 str(page)]) == 0
+    report = json.loads(out.read_text())
+    assert report["version"] == 1 and set(report) >= {"inputs", "runs", "summary"}
+    for run in report["runs"]:
+        assert set(run) >= {"policy", "node_policy", "gpu_policy", "seed", "tasks", "placed", "failed",
+                            "failed_by_reason", "gpu_allocation_ratio_at_100", "final_gpu_allocation_ratio",
+                            "fragmentation_ratio_at_100", "curve", "per_model", "node_allocation", "wall_s",
+                            "decisions_per_s"}
+        assert run["curve"][0] == {"arrived": 0.0, "allocated": 0.0, "fragmentation": run["curve"][0]["fragmentation"]}
+    for summary in report["summary"].values():
+        assert set(summary) >= {"runs", "gpu_allocation_ratio_at_100", "placed", "failed", "fragmentation_ratio_at_100"}
+    text = page.read_text()
+    checker = _Checker()
+    checker.feed(text)
+    assert checker.tags.count("svg") >= 3 and "polyline" in checker.tags
+    assert "http://" not in text.replace('xmlns="http://www.w3.org/2000/svg"', "")  # opens offline

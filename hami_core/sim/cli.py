@@ -1,60 +1,185 @@
-"""``hami simulate``: place a workload onto a cluster in-process and report placements and usage."""
+"""``hami simulate``: capacity planning and policy comparison, in-process, through the real engine."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
 
+from pydantic import ValidationError
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
+from hami_core.engine.config import EngineConfig, SchedulerConfig, load_config, pydantic_error
 from hami_core.engine.facade import Engine
+from hami_core.plugins.manager import get_plugin_manager
+from hami_core.sim import openb
+from hami_core.sim.experiment import Experiment, Policy, PolicyError, parse_seeds, resolve_policies, sim_pods
 from hami_core.sim.loader import load_file
-from hami_core.sim.report import print_report, to_json
-from hami_core.sim.run import replay
+from hami_core.sim.report import print_single, report_json, summary_table, usage_json
+from hami_core.sim.workload import from_task
+
+#: GPU allocation ratio at 100 % arrived demand, mean of 10 seeds (traces/openb/README.md).
+PAPER = {
+    "default": {"Random-fit": 86.30, "Dot-product": 90.62, "GPU clustering": 91.65, "GPU packing": 91.78,
+                "Best-fit": 92.86, "FGD": 95.23},
+    "gpushare100": {"Random-fit": 78.90, "Dot-product": 81.98, "GPU clustering": 82.22, "GPU packing": 82.13,
+                    "Best-fit": 84.62, "FGD": 86.64},
+    "multigpu50": {"Random-fit": 81.28, "Dot-product": 94.73, "GPU clustering": 95.69, "GPU packing": 96.06,
+                   "Best-fit": 95.62, "FGD": 97.09},
+    "gpuspec33": {"Random-fit": 83.87, "Dot-product": 79.82, "GPU clustering": 81.09, "GPU packing": 82.22,
+                  "Best-fit": 80.39, "FGD": 87.84},
+}
+DETAIL_LIMIT = 300
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.description = ("Place a workload onto a cluster with the real scheduling engine, in-process, and "
-                          "print where each pod went and how full every device is. Without arguments it "
-                          "uses the bundled example cluster and workload.")
-    parser.add_argument("--cluster", metavar="PATH", help="YAML file of Node objects (default: bundled example)")
-    parser.add_argument("--workload", metavar="PATH", help="YAML file of Pod objects (default: bundled example)")
-    parser.add_argument("--config", metavar="PATH", help="device-config.yaml (default: NVIDIA with HAMi defaults)")
-    parser.add_argument("--node-policy", choices=("binpack", "spread"), help="default node scheduler policy")
-    parser.add_argument("--gpu-policy", help="default GPU scheduler policy (binpack, spread, mutex, ...)")
-    parser.add_argument("--json", action="store_true", help="print a JSON report instead of tables")
+    parser.description = (
+        "Place a workload onto a cluster with the real scheduling engine, in-process, and report where pods "
+        "went, how much GPU was allocated as demand arrived, what failed and why, and how fragmented the "
+        "cluster became. Without inputs it uses the bundled example cluster and workload.")
+    src = parser.add_argument_group("inputs")
+    src.add_argument("--cluster", metavar="PATH", help="YAML file of Node objects (default: bundled example)")
+    src.add_argument("--workload", metavar="PATH", help="YAML file of Pod objects (default: bundled example)")
+    src.add_argument("--trace-nodes", metavar="CSV", help="openb node list (openb_node_list_gpu_node.csv)")
+    src.add_argument("--trace-pods", metavar="CSV", help="openb task list (openb_pod_list_*.csv)")
+    src.add_argument("--config", metavar="PATH", help="device-config.yaml (default: NVIDIA with HAMi defaults)")
+    src.add_argument("--split-count", type=int, default=10, metavar="N",
+                     help="tasks that may share one trace GPU (HAMi deviceSplitCount; default 10)")
+    src.add_argument("--strict", action="store_true",
+                     help="stop at the first malformed CSV row instead of skipping it with a warning")
+    run = parser.add_argument_group("experiment")
+    run.add_argument("--policy", metavar="LIST",
+                     help="policies to compare, e.g. 'binpack,spread,binpack/spread' (NODE[/GPU], '+' chains GPU "
+                          "tokens); 'list' prints the policies the installed plugins offer")
+    run.add_argument("--node-policy", help="default node policy (as HAMi's --node-scheduler-policy)")
+    run.add_argument("--gpu-policy", help="default GPU policy (as HAMi's --gpu-scheduler-policy)")
+    run.add_argument("--mode", choices=("auto", "arrival", "openb"), default="auto",
+                     help="arrival: pods in file order; openb: inflate and shuffle per seed (default: openb for "
+                          "--trace-pods or when a seed is given, arrival otherwise)")
+    run.add_argument("--seed", type=int, help="seed of the openb experiment (default 42)")
+    run.add_argument("--seeds", metavar="SPEC", help="several seeds: N-M or a comma list (e.g. 42-51)")
+    run.add_argument("--inflate", type=float, default=1.3, metavar="X",
+                     help="openb: top tasks up until demand is X times capacity (default 1.3)")
+    out = parser.add_argument_group("output")
+    out.add_argument("--report", metavar="PATH", help="write the JSON report here")
+    out.add_argument("--html", metavar="PATH", help="write a self-contained HTML report with charts here")
+    out.add_argument("--json", action="store_true", help="print the JSON report on stdout instead of tables")
+    out.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-def run(args: argparse.Namespace) -> int:
-    from hami_core.engine.config import load_config
-
+def _config(args: argparse.Namespace) -> EngineConfig:
     config = load_config(args.config)
     overrides = {}
     if args.node_policy:
         overrides["node_scheduler_policy"] = args.node_policy
     if args.gpu_policy:
         overrides["gpu_scheduler_policy"] = args.gpu_policy
-    if overrides:
-        from dataclasses import replace
+    if not overrides:
+        return config
+    try:
+        scheduler = SchedulerConfig.model_validate({**config.scheduler.model_dump(), **overrides})
+    except ValidationError as exc:
+        raise pydantic_error("scheduler", exc) from None
+    return replace(config, scheduler=scheduler)
 
-        from pydantic import ValidationError
 
-        from hami_core.engine.config import SchedulerConfig, pydantic_error
-
-        merged = {**config.scheduler.model_dump(), **overrides}
-        try:
-            config = replace(config, scheduler=SchedulerConfig.model_validate(merged))
-        except ValidationError as exc:
-            raise pydantic_error("scheduler", exc) from None
-    engine = Engine(config)
-    nodes, cluster_src = load_file(args.cluster, default="cluster.yaml", kind="Node")
-    pods, workload_src = load_file(args.workload, default="workload.yaml", kind="Pod")
-    result, _ = replay(engine, nodes, pods)
-    if args.json:
-        json.dump(to_json(engine, result), sys.stdout, indent=2)
-        sys.stdout.write("\n")
+def _inputs(args: argparse.Namespace, probe: Engine) -> tuple[list[dict[str, Any]], list[Any], dict[str, Any]]:
+    skipped: list[str] = []
+    if args.trace_nodes:
+        trace_nodes = openb.load_nodes(args.trace_nodes, strict=args.strict, skipped=skipped)
+        nodes = [openb.node_object(n, split_count=args.split_count) for n in trace_nodes]
+        cluster = args.trace_nodes
     else:
-        console = Console(width=None if sys.stdout.isatty() else 140)
-        print_report(console, engine, result, cluster=cluster_src, workload=workload_src)
+        nodes, cluster = load_file(args.cluster, default="cluster.yaml", kind="Node")
+    if args.trace_pods:
+        tasks = [from_task(t) for t in openb.load_tasks(args.trace_pods, strict=args.strict, skipped=skipped)]
+        workload = args.trace_pods
+    else:
+        pods, workload = load_file(args.workload, default="workload.yaml", kind="Pod")
+        for i, pod in enumerate(pods):
+            meta = pod.setdefault("metadata", {})
+            meta.setdefault("uid", f"sim-{i:06d}")
+        tasks = sim_pods(probe, pods)
+    return nodes, tasks, {"cluster": cluster, "workload": workload, "nodes": len(nodes), "tasks": len(tasks),
+                          "skipped_rows": len(skipped)}
+
+
+def _print_policies(engine: Engine) -> int:
+    table = Table(title="Scheduling policies offered by the installed plugins")
+    for col in ("kind", "name", "description"):
+        table.add_column(col)
+    for p in engine.policies():
+        table.add_row(p.kind, p.name, p.description)
+    Console().print(table)
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    config = _config(args)
+    plugins = get_plugin_manager()
+    probe = Engine(config, plugins=plugins)
+    if args.policy == "list":
+        return _print_policies(probe)
+    default = Policy(f"{config.scheduler.node_scheduler_policy}/{config.scheduler.gpu_scheduler_policy}",
+                     config.scheduler.node_scheduler_policy, config.scheduler.gpu_scheduler_policy)
+    policies = resolve_policies(args.policy, probe) if args.policy else [default]
+    seeded = args.seeds is not None or args.seed is not None
+    mode = args.mode if args.mode != "auto" else ("openb" if args.trace_pods or seeded else "arrival")
+    if args.seeds is not None and args.seed is not None:
+        raise PolicyError("--seed and --seeds are exclusive")
+    if mode == "arrival" and seeded:
+        raise PolicyError("--seed/--seeds apply to --mode openb (arrival order has no randomness)")
+    seeds = None
+    if mode == "openb":
+        seeds = parse_seeds(args.seeds) if args.seeds else [args.seed if args.seed is not None else 42]
+    nodes, tasks, inputs = _inputs(args, probe)
+    inputs.update(mode=mode, seeds=seeds, inflate=args.inflate if mode == "openb" else None,
+                  policies=[p.label for p in policies])
+    single = seeds is None and len(policies) == 1 and len(tasks) <= DETAIL_LIMIT
+    experiment = Experiment(config, plugins, nodes, tasks, policies, seeds=seeds, inflate=args.inflate,
+                            keep_placements=single)
+    console = Console(width=None if sys.stdout.isatty() else 140)
+    err = Console(stderr=True)
+    show_progress = not args.no_progress and not args.json and err.is_terminal
+    if show_progress:
+        progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                            console=err, transient=True)
+        with progress:
+            bar = progress.add_task("placing", total=None)
+
+            def started(policy: Policy, seed: int | None, n: int) -> None:
+                progress.reset(bar, total=n, description=f"{policy.label}" + (f" seed {seed}" if seed else ""))
+
+            runs = experiment.run(progress=lambda k: progress.advance(bar, k), on_start=started)
+    else:
+        runs = experiment.run()
+    report = report_json(runs, policies, inputs)
+    if single and runs[0].engine is not None:
+        report["nodes"] = usage_json(runs[0].engine)
+    if args.report:
+        Path(args.report).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    if args.html:
+        from hami_core.sim.html import render
+
+        Path(args.html).write_text(render(report), encoding="utf-8")
+    if args.json:
+        json.dump(report, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    header = (f"cluster: {inputs['cluster']} ({inputs['nodes']} nodes)   workload: {inputs['workload']} "
+              f"({inputs['tasks']} pods)   mode: {mode}" + (f"   seeds: {seeds}" if seeds else ""))
+    if single and runs[0].engine is not None:
+        print_single(console, runs[0].engine, runs[0], header)
+    else:
+        console.print(header)
+    trace = Path(args.trace_pods).stem.removeprefix("openb_pod_list_") if args.trace_pods else ""
+    console.print(summary_table(runs, paper=PAPER.get(trace)))
+    for path in (args.report, args.html):
+        if path:
+            console.print(f"wrote {path}")
     return 0

@@ -60,6 +60,8 @@ class RunResult:
     wall_s: float = 0.0
     decisions: int = 0
     placements: list[Placed] = field(default_factory=list)
+    #: The engine that ran, kept with the placements (single detailed runs) so its usage can be shown.
+    engine: Any = field(default=None, repr=False)
 
     @property
     def final_ratio(self) -> float:
@@ -235,6 +237,8 @@ class Replay:
             r.curve.append((round(arrived, 3), round(r.final_ratio, 3), round(self.fragmentation(), 3)))
         if not r.per_model:
             r.per_model = self.per_model()
+        if self.keep:
+            r.engine = self.engine
         r.node_allocation = {name: round(sum(self.device_share(d) for d in devs) / (len(devs) * FULL), 4)
                              for name, devs in zip(self.names, self.devices, strict=True) if devs}
         return r

@@ -1,7 +1,8 @@
-"""Human (rich tables) and machine (JSON) reports of a simulation."""
+"""Reports of a simulation: terminal tables (rich) and the JSON report (``--report``/``--json``)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich.console import Console
@@ -9,22 +10,17 @@ from rich.table import Table
 
 from hami_core.engine.facade import Engine
 from hami_core.plugins.types import ContainerDevice
-from hami_core.sim.run import SimResult
+from hami_core.sim.experiment import Policy, summarize
+from hami_core.sim.replay import RunResult
+
+REPORT_VERSION = 1
 
 
-def _devices(devices: dict[str, tuple[tuple[ContainerDevice, ...], ...]], names: tuple[str, ...]) -> str:
-    parts = []
-    for backend, containers in sorted(devices.items()):
-        for pos, devs in enumerate(containers):
-            if not devs:
-                continue
-            label = names[pos] if pos < len(names) else f"c{pos}"
-            cards = ", ".join(f"#{d.idx} {d.usedmem}MiB {d.usedcores}%" for d in devs)
-            parts.append(f"{label}: {backend} {cards}")
-    return "\n".join(parts)
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}%"
 
 
-def summarize_failures(failed: dict[str, str], limit: int = 3) -> str:
+def summarize_failures(failed: Mapping[str, str], limit: int = 3) -> str:
     """Group nodes by reason: ``gpu-a, gpu-b: 8/8 CardInsufficientMemory`` (at most ``limit`` names each)."""
     groups: dict[str, list[str]] = {}
     for node, reason in sorted(failed.items()):
@@ -36,23 +32,33 @@ def summarize_failures(failed: dict[str, str], limit: int = 3) -> str:
     return "\n".join(lines)
 
 
-def placements_table(result: SimResult) -> Table:
-    table = Table(title="Placements (arrival order)", show_lines=False)
+def _devices(devices: Mapping[str, Sequence[Sequence[ContainerDevice]]], names: Sequence[str]) -> str:
+    parts = []
+    for backend, per_container in sorted(devices.items()):
+        for pos, devs in enumerate(per_container):
+            if devs:
+                label = names[pos] if pos < len(names) else f"c{pos}"
+                cards = ", ".join(f"#{d.idx} {d.usedmem}MiB {d.usedcores}%" for d in devs)
+                parts.append(f"{label}: {backend} {cards}")
+    return "\n".join(parts)
+
+
+def placements_table(run: RunResult) -> Table:
+    table = Table(title=f"Placements (arrival order, policy {run.policy})")
     for col in ("#", "pod", "node", "devices", "note"):
         table.add_column(col, overflow="fold")
-    for i, p in enumerate(result.placements, 1):
+    for i, p in enumerate(run.placements, 1):
         d = p.decision
-        if p.denied:
-            table.add_row(str(i), p.pod, "[red]denied[/]", "", p.denied)
-        elif d is None or d.skipped:
-            table.add_row(str(i), p.pod, "[dim]-[/]", "", "no managed device requested")
-        elif d.node is None:
-            reason = d.error or summarize_failures(d.failed)
-            table.add_row(str(i), p.pod, "[red]unschedulable[/]", "", reason)
+        if d is not None and d.skipped:
+            table.add_row(str(i), p.pod, p.node or "[red]unschedulable[/]", "", "no managed device requested")
+        elif p.node is None:
+            note = summarize_failures(d.failed) if d is not None and d.failed and not d.error else p.reason
+            table.add_row(str(i), p.pod, "[red]unschedulable[/]", "", note)
         else:
+            assert d is not None
             names = d.requests.names if d.requests else ()
-            table.add_row(str(i), p.pod, f"[green]{d.node}[/]", _devices(dict(d.devices), names),
-                          f"score {d.scores[d.node]:.2f}, {len(d.nodes)} feasible")
+            table.add_row(str(i), p.pod, f"[green]{p.node}[/]", _devices(d.devices, names),
+                          f"score {d.scores[p.node]:.2f}")
     return table
 
 
@@ -71,31 +77,82 @@ def usage_table(engine: Engine) -> Table:
     return table
 
 
-def print_report(console: Console, engine: Engine, result: SimResult, *, cluster: str, workload: str) -> None:
-    console.print(f"cluster: {cluster} ({len(result.nodes)} nodes)   workload: {workload} "
-                  f"({len(result.placements)} pods)   policy: node={engine.config.scheduler.node_scheduler_policy} "
-                  f"gpu={engine.config.scheduler.gpu_scheduler_policy}")
-    console.print(placements_table(result))
-    console.print(usage_table(engine))
-    console.print(f"[bold]{result.placed}/{result.requested}[/] pods requesting devices were placed.")
+def summary_table(runs: Sequence[RunResult], *, paper: Mapping[str, float] | None = None) -> Table:
+    summary = summarize(runs)
+    table = Table(title="Policies compared" + (" (mean over seeds)" if any(r.seed is not None for r in runs) else ""))
+    for col in ("policy", "runs", "GPU alloc @100% demand", "final GPU alloc", "fragmentation @100%", "placed",
+                "failed", "top failure reasons", "wall s", "decisions/s"):
+        table.add_column(col, justify="left" if col in ("policy", "top failure reasons") else "right")
+    by_policy: dict[str, list[RunResult]] = {}
+    for r in runs:
+        by_policy.setdefault(r.policy, []).append(r)
+    for label, s in summary.items():
+        stats = s["gpu_allocation_ratio_at_100_stats"]
+        at100 = "-" if stats is None else f"{stats['mean']:.2f}%" + (f" ± {stats['std']:.2f}" if s["runs"] > 1 else "")
+        reasons: dict[str, int] = {}
+        for r in by_policy[label]:
+            for k, v in r.failed_by_reason.items():
+                reasons[k] = reasons.get(k, 0) + v
+        top = ", ".join(f"{k} {v / len(by_policy[label]):.0f}" for k, v in sorted(reasons.items(),
+                                                                                key=lambda kv: -kv[1])[:3])
+        table.add_row(label, str(s["runs"]), at100, _pct(s["final_gpu_allocation_ratio"]),
+                      _pct(s["fragmentation_ratio_at_100"]), f"{s['placed']:.0f}", f"{s['failed']:.0f}", top,
+                      f"{s['wall_s']:.1f}", f"{s['decisions_per_s']:.0f}")
+    if paper:
+        table.caption = "Published (Weng et al., ATC'23, mean of 10 seeds): " + ", ".join(
+            f"{k} {v:.2f}%" for k, v in paper.items())
+    return table
 
 
-def to_json(engine: Engine, result: SimResult) -> dict[str, Any]:
-    pods = []
-    for p in result.placements:
-        d = p.decision
-        pods.append({
-            "pod": p.pod,
-            "node": p.node,
-            "denied": p.denied,
-            "skipped": bool(d and d.skipped),
-            "failed": dict(d.failed) if d else {},
-            "annotations": dict(d.annotations) if d else {},
-        })
-    usage = {
-        name: [{"id": d.id, "index": d.index, "type": d.type, "used": d.used, "count": d.count, "usedmem": d.usedmem,
-                "totalmem": d.totalmem, "usedcores": d.usedcores, "totalcore": d.totalcore}
-               for devs in state.devices.values() for d in devs]
-        for name, state in sorted(engine.nodes.items())
+def run_json(run: RunResult, policy: Policy | None) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "policy": run.policy,
+        "node_policy": policy.node if policy else None,
+        "gpu_policy": policy.gpu if policy else None,
+        "seed": run.seed,
+        "tasks": run.tasks,
+        "placed": run.placed,
+        "failed": run.failed,
+        "failed_by_reason": dict(sorted(run.failed_by_reason.items())),
+        "capacity_gpus": run.capacity_milli / 1000,
+        "gpu_allocation_ratio_at_100": None if run.ratio_at_100 is None else round(run.ratio_at_100, 3),
+        "final_gpu_allocation_ratio": round(run.final_ratio, 3),
+        "fragmentation_ratio_at_100": (None if run.fragmentation_at_100 is None
+                                       else round(run.fragmentation_at_100, 3)),
+        "curve": [{"arrived": a, "allocated": b, "fragmentation": f} for a, b, f in run.curve],
+        "per_model": run.per_model,
+        "node_allocation": run.node_allocation,
+        "wall_s": round(run.wall_s, 3),
+        "decisions_per_s": round(run.decisions_per_s, 1),
     }
-    return {"placed": result.placed, "requested": result.requested, "pods": pods, "nodes": usage}
+    if run.placements:
+        out["placements"] = [{"pod": p.pod, "node": p.node, "reason": p.reason or None,
+                              "skipped": bool(p.decision and p.decision.skipped),
+                              "failed": dict(p.decision.failed) if p.decision and p.node is None else {},
+                              "annotations": dict(p.decision.annotations) if p.decision else {}}
+                             for p in run.placements]
+    return out
+
+
+def report_json(runs: Sequence[RunResult], policies: Sequence[Policy], inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``--report`` document: ``{"version", "inputs", "runs": [...], "summary": {policy: {...}}}``."""
+    by_label = {p.label: p for p in policies}
+    return {"version": REPORT_VERSION, "inputs": dict(inputs),
+            "runs": [run_json(r, by_label.get(r.policy)) for r in runs], "summary": summarize(runs)}
+
+
+def usage_json(engine: Engine) -> dict[str, list[dict[str, Any]]]:
+    return {name: [{"id": d.id, "index": d.index, "type": d.type, "used": d.used, "count": d.count,
+                    "usedmem": d.usedmem, "totalmem": d.totalmem, "usedcores": d.usedcores,
+                    "totalcore": d.totalcore} for devs in state.devices.values() for d in devs]
+            for name, state in sorted(engine.nodes.items())}
+
+
+def print_single(console: Console, engine: Engine, run: RunResult, header: str) -> None:
+    console.print(header)
+    console.print(placements_table(run))
+    console.print(usage_table(engine))
+    requested = sum(1 for p in run.placements if not (p.decision and p.decision.skipped))
+    placed = sum(1 for p in run.placements if p.node and not (p.decision and p.decision.skipped))
+    console.print(f"[bold]{placed}/{requested}[/] pods requesting devices were placed; GPU allocation "
+                  f"{run.final_ratio:.2f}%, fragmentation {run.curve[-1][2] if run.curve else 0:.2f}%.")
