@@ -155,7 +155,7 @@ class Replay:
                 entry = totals.setdefault(d.type, [0.0, 0.0])
                 entry[0] += 1
                 entry[1] += self.device_share(d)
-        return {model: {"gpus": n, "allocated_gpus": round(alloc / FULL, 3),
+        return {model: {"gpus": int(n), "allocated_gpus": round(alloc / FULL, 3),
                         "allocation_ratio": round(100.0 * alloc / (n * FULL), 3)}
                 for model, (n, alloc) in sorted(totals.items())}
 
