@@ -79,10 +79,14 @@ def usage_table(engine: Engine) -> Table:
 
 def summary_table(runs: Sequence[RunResult], *, paper: Mapping[str, float] | None = None) -> Table:
     summary = summarize(runs)
-    table = Table(title="Policies compared" + (" (mean over seeds)" if any(r.seed is not None for r in runs) else ""))
-    for col in ("policy", "runs", "GPU alloc @100% demand", "final GPU alloc", "fragmentation @100%", "placed",
-                "failed", "top failure reasons", "wall s", "decisions/s"):
-        table.add_column(col, justify="left" if col in ("policy", "top failure reasons") else "right")
+    seeded = any(r.seed is not None for r in runs)
+    table = Table(title="Policies compared" + (" (mean over seeds)" if seeded else ""),
+                  caption="alloc: allocated GPU share, % of capacity, when arrived demand reaches 100 % and at the "
+                          "end; frag: FGD fragmentation, % of capacity")
+    for col in ("policy", "runs", "alloc @100%", "alloc final", "frag @100%", "placed", "failed", "top failures",
+                "s/run", "dec/s"):
+        table.add_column(col, justify="left" if col in ("policy", "top failures") else "right",
+                         no_wrap=col != "top failures")
     by_policy: dict[str, list[RunResult]] = {}
     for r in runs:
         by_policy.setdefault(r.policy, []).append(r)
@@ -93,13 +97,13 @@ def summary_table(runs: Sequence[RunResult], *, paper: Mapping[str, float] | Non
         for r in by_policy[label]:
             for k, v in r.failed_by_reason.items():
                 reasons[k] = reasons.get(k, 0) + v
-        top = ", ".join(f"{k} {v / len(by_policy[label]):.0f}" for k, v in sorted(reasons.items(),
-                                                                                key=lambda kv: -kv[1])[:3])
+        top = "\n".join(f"{k} {v / len(by_policy[label]):.0f}" for k, v in sorted(reasons.items(),
+                                                                                 key=lambda kv: -kv[1])[:3])
         table.add_row(label, str(s["runs"]), at100, _pct(s["final_gpu_allocation_ratio"]),
                       _pct(s["fragmentation_ratio_at_100"]), f"{s['placed']:.0f}", f"{s['failed']:.0f}", top,
                       f"{s['wall_s']:.1f}", f"{s['decisions_per_s']:.0f}")
     if paper:
-        table.caption = "Published (Weng et al., ATC'23, mean of 10 seeds): " + ", ".join(
+        table.caption = (table.caption or "") + "\nPublished (Weng et al., ATC'23, mean of 10 seeds): " + ", ".join(
             f"{k} {v:.2f}%" for k, v in paper.items())
     return table
 
