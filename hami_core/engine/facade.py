@@ -338,11 +338,36 @@ class Engine:
             start += size
             size *= 4
         if not feasible:
-            # Nothing fits: fit the pruned nodes too, so each rejected node gets HAMi's exact reason.
-            pruned = [alive[i] for i in order if not possible[i]]
-            if pruned:
-                cycle.fit(pruned)
+            self._explain(cycle, [alive[i] for i in order if not possible[i]])
         return feasible
+
+    @staticmethod
+    def _explain(cycle: Cycle, pruned: list[NodeState]) -> None:
+        """Nothing fits: give each pruned node HAMi's exact reason, fitting it or reusing a cached reason.
+
+        A saturated cluster rejects the same kinds of pods over and over; a node's reason for a pod of
+        the same shape stays valid until the node changes (its generation), so it is kept per node.
+        """
+        meta = metadata(cycle.pod)
+        key = (tuple(tuple(sorted((b, r.nums, r.memreq, r.mem_percentage, r.coresreq) for b, r in c.items()))
+                     for c in cycle.requests.containers),
+               cycle.requests.init_count, cycle.policy, meta.get("namespace"),
+               tuple(sorted((annotations(cycle.pod)).items())))
+        todo = []
+        for state in pruned:
+            hit = state.reason_cache.get(key)
+            if hit is not None and hit[0] == state.generation:
+                cycle.failed[state.name] = hit[1]
+            else:
+                todo.append(state)
+        if todo:
+            cycle.fit(todo)
+            for state in todo:
+                reason = cycle.failed.get(state.name)
+                if reason is not None:
+                    if len(state.reason_cache) > 64:
+                        state.reason_cache.clear()
+                    state.reason_cache[key] = (state.generation, reason)
 
     def reserve(self, pod: Mapping[str, Any], decision: Decision) -> None:
         """Book ``decision``'s devices for ``pod`` (replacing any earlier reservation of the pod)."""

@@ -19,8 +19,8 @@ class NodeState:
     """
 
     __slots__ = ("allocatable", "annotations", "by_uuid", "capacity", "devices", "errors", "generation", "labels",
-                 "mig", "name", "order_cache", "quarantine", "row", "sum_used", "sum_usedcores", "sum_usedmem",
-                 "table", "tot_core", "tot_count", "tot_mem", "types", "unschedulable")
+                 "mig", "name", "order_cache", "quarantine", "reason_cache", "row", "sum_used", "sum_usedcores",
+                 "sum_usedmem", "table", "tot_core", "tot_count", "tot_mem", "types", "unschedulable")
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -41,6 +41,8 @@ class NodeState:
         self.mig: frozenset[str] = frozenset()
         #: (backend, policy key) → (generation, devices in policy order); valid while generation matches.
         self.order_cache: dict[tuple[object, ...], tuple[int, list[DeviceUsage]]] = {}
+        #: request shape → (generation, why this node rejected it); see Engine._explain.
+        self.reason_cache: dict[tuple[object, ...], tuple[int, str]] = {}
         self.generation = 0
         #: The node's row in the engine's :class:`~hami_core.engine.table.NodeTable` (set when added).
         self.row = -1
