@@ -139,3 +139,16 @@ def test_report_and_html_files(tmp_path: Path, capsys: pytest.CaptureFixture[str
     checker.feed(text)
     assert checker.tags.count("svg") >= 3 and "polyline" in checker.tags
     assert "http://" not in text.replace('xmlns="http://www.w3.org/2000/svg"', "")  # opens offline
+
+
+def test_bad_yaml_object_is_skipped_unless_strict(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                  caplog: pytest.LogCaptureFixture) -> None:
+    reg = json.dumps([{"id": "GPU-x", "count": 2, "devmem": 1000, "devcore": 100, "type": "NVIDIA T4", "health": True}])
+    good = f"kind: Node\nmetadata:\n  name: n1\n  annotations:\n    hami.io/node-nvidia-register: '{reg}'\n"
+    path = tmp_path / "nodes.yaml"
+    path.write_text(good + "---\nkind: Node\nmetadata: {labels: {a: b}}\n")
+    report = _run_json(capsys, "--cluster", str(path))
+    assert report["inputs"]["nodes"] == 1 and report["inputs"]["skipped_rows"] == 1
+    assert "document 2: Node has no metadata.name" in caplog.text
+    assert main(["simulate", "--strict", "--cluster", str(path)]) == 1
+    assert "document 2: Node has no metadata.name" in capsys.readouterr().err

@@ -51,7 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     src.add_argument("--split-count", type=int, default=10, metavar="N",
                      help="tasks that may share one trace GPU (HAMi deviceSplitCount; default 10)")
     src.add_argument("--strict", action="store_true",
-                     help="stop at the first malformed CSV row instead of skipping it with a warning")
+                     help="stop at the first malformed CSV row or YAML object instead of skipping it with a "
+                          "warning")
     run = parser.add_argument_group("experiment")
     run.add_argument("--policy", metavar="LIST",
                      help="policies to compare, e.g. 'binpack,spread,binpack/spread' (NODE[/GPU], '+' chains GPU "
@@ -95,12 +96,14 @@ def _inputs(args: argparse.Namespace, probe: Engine) -> tuple[list[dict[str, Any
         nodes = [openb.node_object(n, split_count=args.split_count) for n in trace_nodes]
         cluster = args.trace_nodes
     else:
-        nodes, cluster = load_file(args.cluster, default="cluster.yaml", kind="Node")
+        nodes, cluster = load_file(args.cluster, default="cluster.yaml", kind="Node", strict=args.strict,
+                                   skipped=skipped)
     if args.trace_pods:
         tasks = [from_task(t) for t in openb.load_tasks(args.trace_pods, strict=args.strict, skipped=skipped)]
         workload = args.trace_pods
     else:
-        pods, workload = load_file(args.workload, default="workload.yaml", kind="Pod")
+        pods, workload = load_file(args.workload, default="workload.yaml", kind="Pod", strict=args.strict,
+                                   skipped=skipped)
         for i, pod in enumerate(pods):
             meta = pod.setdefault("metadata", {})
             meta.setdefault("uid", f"sim-{i:06d}")

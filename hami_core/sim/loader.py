@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -9,6 +10,8 @@ from typing import Any
 import yaml
 
 from hami_core.plugins.errors import HamiError
+
+log = logging.getLogger("hami.sim")
 
 
 class InputError(HamiError):
@@ -20,30 +23,54 @@ def bundled(name: str) -> str:
     return resources.files("hami_core.sim").joinpath("data", name).read_text(encoding="utf-8")
 
 
-def load_objects(text: str, *, source: str, kind: str) -> list[dict[str, Any]]:
-    """Every object of ``kind`` in ``text``; anything else is an error naming the document."""
+def load_objects(text: str, *, source: str, kind: str, strict: bool = True,
+                 skipped: list[str] | None = None) -> list[dict[str, Any]]:
+    """Every object of ``kind`` in ``text``.
+
+    A malformed object is an error naming the file, the document (and item) and the field; without
+    ``strict`` it is skipped with a warning instead, unless nothing usable is left.
+    """
     try:
         docs = list(yaml.safe_load_all(text))
     except yaml.YAMLError as exc:
         raise InputError(f"{source}: not valid YAML: {exc}") from None
     out: list[dict[str, Any]] = []
+    problems: list[str] = []
     for i, doc in enumerate(docs):
         if doc is None:
             continue
         items = doc.get("items") if isinstance(doc, dict) and doc.get("kind") == "List" else [doc]
         for j, obj in enumerate(items or []):
             where = f"{source}: document {i + 1}" + (f" item {j + 1}" if len(items) > 1 else "")
-            if not isinstance(obj, dict):
-                raise InputError(f"{where}: expected a {kind} object, got {type(obj).__name__}")
-            if obj.get("kind", kind) != kind:
-                raise InputError(f"{where}: expected kind {kind}, got {obj.get('kind')!r}")
-            if not (obj.get("metadata") or {}).get("name"):
-                raise InputError(f"{where}: {kind} has no metadata.name")
-            out.append(obj)
+            problem = _check(obj, kind)
+            if problem is None:
+                out.append(obj)
+                continue
+            message = f"{where}: {problem}"
+            if strict:
+                raise InputError(message)
+            problems.append(message)
+            log.warning("skipped: %s", message)
+    if problems and not out:
+        raise InputError(problems[0] + (f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""))
+    if skipped is not None:
+        skipped.extend(problems)
     return out
 
 
-def load_file(path: str | None, *, default: str, kind: str) -> tuple[list[dict[str, Any]], str]:
+def _check(obj: Any, kind: str) -> str | None:
+    if not isinstance(obj, dict):
+        return f"expected a {kind} object, got {type(obj).__name__}"
+    if obj.get("kind", kind) != kind:
+        return f"expected kind {kind}, got {obj.get('kind')!r}"
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict) or not meta.get("name"):
+        return f"{kind} has no metadata.name"
+    return None
+
+
+def load_file(path: str | None, *, default: str, kind: str, strict: bool = True,
+              skipped: list[str] | None = None) -> tuple[list[dict[str, Any]], str]:
     """Objects from ``path``, or from the bundled ``default`` file when ``path`` is None."""
     if path is None:
         return load_objects(bundled(default), source=f"<bundled {default}>", kind=kind), f"bundled {default}"
@@ -52,4 +79,4 @@ def load_file(path: str | None, *, default: str, kind: str) -> tuple[list[dict[s
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise InputError(f"cannot read {kind} file {p}: {exc.strerror or exc}") from None
-    return load_objects(text, source=str(p), kind=kind), str(p)
+    return load_objects(text, source=str(p), kind=kind, strict=strict, skipped=skipped), str(p)
