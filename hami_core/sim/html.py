@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -14,13 +15,23 @@ def _esc(text: Any) -> str:
     return html.escape(str(text), quote=True)
 
 
+def _nice(top: float) -> float:
+    """The smallest round axis end (5 ticks of 1, 2, 2.5, 3, 4, 5, 6 or 8 x 10^k) at or above ``top``."""
+    step = 10 ** math.floor(math.log10(max(top, 1e-9) / 5))
+    for m in (1, 2, 2.5, 3, 4, 5, 6, 8, 10):
+        if 5 * m * step >= top:
+            return 5 * m * step
+    return top
+
+
 def line_chart(title: str, series: Sequence[tuple[str, str, Sequence[tuple[float, float]]]], *, y_label: str,
                x_label: str = "arrived GPU demand (% of capacity)", marker_x: float | None = 100.0) -> str:
-    """An SVG line chart; ``series`` items are (label, colour, [(x, y), ...])."""
+    """An SVG line chart; ``series`` items are (label, colour, [(x, y), ...]). The legend shows each label
+    once, so runs of one policy with several seeds share an entry."""
     xs = [x for _, _, pts in series for x, _ in pts] or [0.0, 1.0]
     ys = [y for _, _, pts in series for _, y in pts] or [0.0, 1.0]
-    x0, x1 = 0.0, max(max(xs), 1.0)
-    y0, y1 = 0.0, max(100.0 if max(ys) > 50 else max(ys) * 1.1, 1.0)
+    x0, x1 = 0.0, _nice(max(xs))
+    y0, y1 = 0.0, 100.0 if max(ys) > 50 else _nice(max(ys) * 1.1)
 
     def px(x: float) -> float:
         return PAD + (x - x0) / (x1 - x0) * (W - 2 * PAD)
@@ -45,11 +56,14 @@ def line_chart(title: str, series: Sequence[tuple[str, str, Sequence[tuple[float
     if marker_x is not None and x0 <= marker_x <= x1:
         parts.append(f'<line x1="{px(marker_x):.1f}" y1="{PAD}" x2="{px(marker_x):.1f}" y2="{H - PAD}" '
                      'stroke="#999" stroke-dasharray="4 3"/>')
-    for k, (label, colour, pts) in enumerate(series):
+    legend: dict[str, str] = {}
+    for label, colour, pts in series:
         if pts:
             path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in pts)
             parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1.5" points="{path}">'
                          f'<title>{_esc(label)}</title></polyline>')
+        legend.setdefault(label.split(" (seed ")[0], colour)
+    for k, (label, colour) in enumerate(legend.items()):
         parts.append(f'<rect x="{PAD + 10}" y="{PAD + 6 + 16 * k}" width="10" height="10" fill="{colour}"/>')
         parts.append(f'<text x="{PAD + 26}" y="{PAD + 15 + 16 * k}" font-size="11">{_esc(label)}</text>')
     parts.append("</svg>")
