@@ -218,10 +218,14 @@ class Cycle:
             total += values
         return total
 
-    def score(self, feasible: Sequence[NodeState], pre: Mapping[str, float]) -> dict[str, float]:
-        """Final scores: the prescore plus every ``hami_score_nodes`` answer (neutral ones signed by policy)."""
+    def score(self, feasible: Sequence[NodeState], pre: Mapping[str, float], *,
+              placement: bool = True) -> dict[str, float]:
+        """Final scores: the prescore plus every ``hami_score_nodes`` answer (neutral ones signed by policy).
+
+        ``placement=False``: no plugin scores this pod's placement, so the prescore is the score.
+        """
         totals = [pre[state.name] for state in feasible]
-        if not self.hook.hami_score_nodes.get_hookimpls():
+        if not placement or not self.hook.hami_score_nodes.get_hookimpls():
             return {state.name: totals[i] for i, state in enumerate(feasible)}
         candidates = []
         for state in feasible:

@@ -301,19 +301,35 @@ class Engine:
         pre = cycle.prescore(alive, self.table.totals[rows])
         # Best first; ties keep name order (alive is sorted by name and the sort is stable).
         order = np.argsort(pre if policy.node == "spread" else -pre, kind="stable")
-        if limit is None or self.hook.hami_score_nodes.get_hookimpls():
+        placement_scored = self._scores_placement(requests)
+        if limit is None or placement_scored:
             fit = {id(s) for s in cycle.fit(alive)}
             picked = [i for i, s in enumerate(alive) if id(s) in fit]
         else:
             picked = self._fit_best_first(cycle, alive, rows, order, limit)
         if not picked:
             return cycle.decision(None, (), {}, self.clock(), ref)
-        scores = cycle.score([alive[i] for i in picked], {alive[i].name: float(pre[i]) for i in picked})
+        scores = cycle.score([alive[i] for i in picked], {alive[i].name: float(pre[i]) for i in picked},
+                             placement=placement_scored)
         ranked = cycle.rank(scores)
         if limit is not None:
             ranked = ranked[:limit]
             scores = {n: scores[n] for n in ranked}
         return cycle.decision(self.nodes[ranked[0]], ranked, scores, self.clock(), ref)
+
+    def _scores_placement(self, requests: ContainerRequests) -> bool:
+        """Whether some ``hami_score_nodes`` implementation may score this pod's placement.
+
+        A vendor plugin's implementation only scores its own backends, so it matters only when the pod
+        requests one of them; any other plugin (a policy, a topology scorer) always matters.
+        """
+        scorers = {impl.plugin_name for impl in self.hook.hami_score_nodes.get_hookimpls()}
+        if not scorers:
+            return False
+        vendors = {b.plugin for b in self._backend_list}
+        if scorers - vendors:
+            return True
+        return any(self.backends[name].plugin in scorers for name in requests.backends())
 
     def _fit_best_first(self, cycle: Cycle, alive: list[NodeState], rows: np.ndarray, order: np.ndarray,
                         limit: int) -> list[int]:

@@ -250,7 +250,9 @@ def hami_score_nodes(
     better"; the engine applies the node policy (binpack picks the highest total, spread the
     lowest). A ``NodeScore(neutral=True)`` is multiplied by +10000 under binpack and -10000 under
     spread. Scores that need only the node's state belong in :func:`hami_prescore_nodes`, which keeps
-    best-first evaluation possible; implementing this hook makes every decision fit every node.
+    best-first evaluation possible: a vendor plugin implementing this hook makes decisions for pods
+    that request its backends fit every node, and any other plugin implementing it does so for every
+    pod. A vendor returns ``None`` for candidates whose assignment has none of its backends.
 
     :returns: one :class:`NodeScore` (or ``None``) per candidate, in order, or ``None``.
     """

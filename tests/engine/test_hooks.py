@@ -229,3 +229,24 @@ def test_hook_hami_scheduling_policies(make_engine) -> None:
     assert {("node", "binpack"), ("node", "spread"), ("gpu", "mutex"), ("node", "fgd")} <= names
     with pytest.raises(PluginError, match="PolicyInfo"):
         PolicyInfo("a/b", "node")
+
+
+def test_vendor_placement_scores_only_force_full_evaluation_for_their_pods(make_engine) -> None:
+    """A vendor's hami_score_nodes makes its own pods fit every node; other pods stay best-first."""
+    calls: list[int] = []
+
+    class OtherVendor:
+        @hookimpl
+        def hami_device_backends(self, config) -> Any:
+            return [DeviceBackend("OTHER", "other", ResourceNames("other.com/x"))]
+
+        @hookimpl
+        def hami_score_nodes(self, candidates) -> Any:
+            calls.append(len(candidates))
+            return None
+
+    engine = make_engine(None, OtherVendor())
+    for name in ("a", "b", "c"):
+        engine.upsert_node(make_node(name, [acme_device(0)]))
+    d = engine.schedule(make_pod("p", acme(1, 100)), limit=1)
+    assert d.nodes == (d.node,) and calls == []  # Acme pod: best-first, OTHER's scorer not consulted
