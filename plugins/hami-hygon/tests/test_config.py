@@ -1,0 +1,89 @@
+"""The ``hygon:`` section of device-config.yaml (vendors E.1)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hygon_testlib import container, dcu_container, make_engine, make_pod
+
+from hami_core.engine.facade import Engine
+from hami_core.plugins.errors import ConfigError
+from hami_core.plugins.types import DeviceRequest
+from hami_hygon.config import HygonConfig, parse_config
+
+
+def test_chart_defaults() -> None:
+    cfg = parse_config({})
+    assert cfg == parse_config(None)
+    assert isinstance(cfg, HygonConfig)
+    assert cfg.resource_count_name == "hygon.com/dcunum"
+    assert cfg.resource_memory_name == "hygon.com/dcumem"
+    assert cfg.resource_core_name == "hygon.com/dcucores"
+    assert cfg.memory_factor == 1
+
+
+def test_camel_case_keys_as_in_the_chart() -> None:
+    cfg = parse_config({"resourceCountName": "hygon.com/dcu", "resourceMemoryName": "hygon.com/dcu-mem",
+                        "resourceCoreName": "hygon.com/dcu-cores", "memoryFactor": 1024})
+    assert (cfg.resource_count_name, cfg.resource_memory_name, cfg.resource_core_name, cfg.memory_factor) == (
+        "hygon.com/dcu", "hygon.com/dcu-mem", "hygon.com/dcu-cores", 1024)
+
+
+def test_custom_resource_names_flow_into_requests_and_admission() -> None:
+    engine = make_engine({"resourceCountName": "hygon.com/dcu", "resourceMemoryName": "hygon.com/dcu-mem",
+                          "resourceCoreName": "hygon.com/dcu-cores"})
+    pod = make_pod(container("custom", limits={"hygon.com/dcu": "2", "hygon.com/dcu-mem": "3000",
+                                               "hygon.com/dcu-cores": "30"}),
+                   dcu_container("default-names", num=1))
+    reqs = engine.requests(pod)
+    assert reqs.containers[0] == {"DCU": DeviceRequest("DCU", 2, 3000, 0, 30)}
+    # The chart names are no longer read.
+    assert reqs.containers[1] == {}
+    assert engine.admit(pod)["spec"]["schedulerName"] == "hami-scheduler"
+    assert engine.admit(make_pod(dcu_container()))["spec"].get("schedulerName") is None
+
+
+def test_memory_factor_scales_requests_and_resource_names() -> None:
+    engine = make_engine({"memoryFactor": 1024})
+    assert engine.backends["DCU"].resource_names.memory_factor == 1024
+    reqs = engine.requests(make_pod(dcu_container(mem=16, cores=50)))
+    assert reqs.containers[0]["DCU"] == DeviceRequest("DCU", 1, 16384, 0, 50)
+
+
+def test_memory_factor_zero_behaves_as_one() -> None:
+    # Go's zero value when the key is omitted from a hand-written config: HAMi scales only when > 1.
+    engine = make_engine({"memoryFactor": 0})
+    assert engine.backends["DCU"].resource_names.memory_factor == 1
+    assert engine.requests(make_pod(dcu_container(mem=2000))).containers[0]["DCU"].memreq == 2000
+
+
+@pytest.mark.parametrize(("section", "field"), [
+    ({"memoryFactor": -1}, "hygon.memoryFactor"),
+    ({"memoryFactor": "lots"}, "hygon.memoryFactor"),
+    ({"memoryFactor": 2**31}, "hygon.memoryFactor"),
+    ({"resourceCountName": ""}, "hygon.resourceCountName"),
+    ({"resourceCountNmae": "hygon.com/dcunum"}, "hygon.resourceCountNmae"),
+    ({"resourceMemoryName": ["hygon.com/dcumem"]}, "hygon.resourceMemoryName"),
+])
+def test_bad_values_name_the_field(section: dict, field: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(section)
+    assert f"{field}:" in str(info.value)
+
+
+def test_bad_value_fails_the_engine_with_the_field() -> None:
+    with pytest.raises(ConfigError, match=r"hygon\.memoryFactor"):
+        make_engine({"memoryFactor": -3})
+
+
+def test_section_must_be_a_mapping() -> None:
+    with pytest.raises(ConfigError, match="hygon: must be a mapping"):
+        parse_config(["hygon.com/dcunum"])
+
+
+def test_yaml_section_with_an_empty_body(tmp_path: Path) -> None:
+    path = tmp_path / "device-config.yaml"
+    path.write_text("hygon:\n", encoding="utf-8")
+    engine = Engine(path, plugins=make_engine().plugins)
+    assert sorted(engine.backends) == ["DCU"]
