@@ -259,7 +259,7 @@ class Cycle:
         out = {keys.VGPU_NODE: state.name, keys.VGPU_TIME: str(int(now))}
         for name, devices in sorted(self.assignment(state).items()):
             results = self.hook.hami_allocation_annotations(backend=self.backends[name], pod=self.pod,
-                                                            devices=devices)
+                                                            devices=devices, node=state.name, now=now)
             # pluggy calls the latest-registered plugin first; apply in registration order so that a
             # vendor's keys override the built-in codec's.
             for part in reversed(results):

@@ -265,13 +265,14 @@ def hami_score_nodes(
 
 @_hookspec
 def hami_allocation_annotations(
-    backend: DeviceBackend, pod: Mapping[str, Any], devices: PodSingleDevice
+    backend: DeviceBackend, pod: Mapping[str, Any], devices: PodSingleDevice, node: str, now: float
 ) -> Mapping[str, str] | None:
     """Pod annotations that record this backend's devices for the chosen node (``PatchAnnotations``).
 
     Phase: after a node is chosen, once per backend the pod uses. ``devices`` has one entry per pod
-    container (init first), empty for containers without this backend. Every plugin may answer and
-    the answers are merged (later plugins win on equal keys); the default plugin writes the
+    container (init first), empty for containers without this backend; ``node`` is the chosen node and
+    ``now`` the decision time (engine clock, Unix seconds; the same instant as ``hami.io/vgpu-time``).
+    Every plugin may answer and the answers are merged (later plugins win on equal keys); the default plugin writes the
     backend's ``to_allocate_annotation`` and ``allocated_annotation`` in HAMi's encoding.
 
     :returns: a mapping of annotation key to value, or ``None``.
