@@ -152,7 +152,7 @@ class Engine:
                 patch.update(report.annotations)
                 if not report.healthy:
                     unhealthy[backend.name] = report.reason or "registration is stale"
-                    if state.devices.get(backend.name) and backend.handshake_annotation:
+                    if state.devices.get(backend.name) and backend.handshake_annotation and backend.cleanup_handshake:
                         # HAMi's NodeCleanUp: a node dropped from the cache loses its handshake mark.
                         patch[backend.handshake_annotation] = None
                     self.hook.hami_node_removed(backend=backend, node_name=name,
@@ -326,7 +326,7 @@ class Engine:
         scorers = {impl.plugin_name for impl in self.hook.hami_score_nodes.get_hookimpls()}
         if not scorers:
             return False
-        vendors = {b.plugin for b in self._backend_list}
+        vendors = {impl.plugin_name for impl in self.hook.hami_device_backends.get_hookimpls()}
         if scorers - vendors:
             return True
         return any(self.backends[name].plugin in scorers for name in requests.backends())

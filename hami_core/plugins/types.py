@@ -93,6 +93,9 @@ class DeviceBackend:
     #: 100-core device (true of :func:`~hami_core.engine.fit.standard_fit`). The engine may then skip,
     #: from numeric summaries, nodes that cannot meet these before calling the filter hook.
     standard_capacity: bool = False
+    #: HAMi's ``NodeCleanUp`` deletes the handshake annotation of a node that went stale (NVIDIA, Hygon...);
+    #: backends whose cleanup keeps it (Iluvatar) set False.
+    cleanup_handshake: bool = True
     config: Any = field(default=None, compare=False, repr=False)
     #: Filled in by the plugin manager: the name of the plugin that registered this backend.
     plugin: str = ""

@@ -165,7 +165,8 @@ def test_undecodable_allocation_quarantines_the_node(clock: Clock) -> None:
 def health(node: dict[str, Any], clock: Clock) -> tuple[bool, bool, dict[str, str | None]]:
     engine = make_engine(clock=clock)
     backend = engine.backends["DCU"]
-    report = engine.hook.hami_node_health(backend=backend, node=node, devices=[], now=clock(), state={})
+    devices = engine.hook.hami_node_devices(backend=backend, node=node) or []
+    report = engine.hook.hami_node_health(backend=backend, node=node, devices=devices, now=clock(), state={})
     return report.healthy, report.need_update, dict(report.annotations)
 
 
@@ -202,10 +203,13 @@ def test_the_handshake_checks_the_configured_count_resource(clock: Clock) -> Non
     engine = make_engine({"resourceCountName": "hygon.com/dcu"}, clock=clock)
     node = make_node("n", E2_EXAMPLE, annotations={HANDSHAKE: requesting(T0 - TWO_HOURS)}, allocatable=8)
     # allocatable is set under hygon.com/dcunum, which this engine does not count.
-    report = engine.hook.hami_node_health(backend=engine.backends["DCU"], node=node, devices=[], now=T0, state={})
+    devices = engine.hook.hami_node_devices(backend=engine.backends["DCU"], node=node)
+    report = engine.hook.hami_node_health(backend=engine.backends["DCU"], node=node, devices=devices, now=T0,
+                                          state={})
     assert (report.healthy, report.need_update) == (False, False)
     node["status"]["allocatable"] = {"hygon.com/dcu": "8"}
-    report = engine.hook.hami_node_health(backend=engine.backends["DCU"], node=node, devices=[], now=T0, state={})
+    report = engine.hook.hami_node_health(backend=engine.backends["DCU"], node=node, devices=devices, now=T0,
+                                          state={})
     assert (report.healthy, report.need_update) == (True, False)
 
 

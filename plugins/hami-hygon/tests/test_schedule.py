@@ -156,7 +156,8 @@ def test_pod_without_dcus_is_skipped(clock: Clock) -> None:
 def test_allocation_annotations_hook_matches_upstream_patch_annotations(clock: Clock) -> None:
     engine = make_engine(clock=clock)
     devices = ((ContainerDevice("test1", "DCU", 2048, 1, idx=1),),)
-    parts = engine.hook.hami_allocation_annotations(backend=engine.backends["DCU"], pod=make_pod(), devices=devices)
+    parts = engine.hook.hami_allocation_annotations(backend=engine.backends["DCU"], pod=make_pod(), devices=devices,
+                                                    node="n", now=0.0)
     merged: dict[str, str] = {}
     for part in reversed(parts):
         merged.update(part or {})
