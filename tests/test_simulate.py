@@ -26,7 +26,7 @@ def test_bundled_demo_places_what_fits(capsys: pytest.CaptureFixture[str]) -> No
     run = report["runs"][0]
     assert (run["policy"], run["node_policy"], run["gpu_policy"], run["seed"]) == ("binpack/spread", "binpack",
                                                                                     "spread", None)
-    assert run["tasks"] == 18 and run["placed"] == 15 and run["failed"] == 3
+    assert run["tasks"] == 44 and run["placed"] == 41 and run["failed"] == 3
     # a pod without devices still gets a node (binpack: the most allocated one that has room)
     assert pods["default/web-frontend"]["skipped"] and pods["default/web-frontend"]["node"] == "gpu-a100-0"
     big = pods["research/too-big"]
@@ -46,7 +46,7 @@ def test_table_report(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate", "--no-progress"]) == 0
     out = capsys.readouterr().out
     for text in ("Placements (arrival order", "Device usage per node", "Policies compared",
-                 "14/17 pods requesting devices were placed"):
+                 "40/43 pods requesting devices were placed"):
         assert text in out
 
 
@@ -152,3 +152,18 @@ def test_bad_yaml_object_is_skipped_unless_strict(tmp_path: Path, capsys: pytest
     assert "document 2: Node has no metadata.name" in caplog.text
     assert main(["simulate", "--strict", "--cluster", str(path)]) == 1
     assert "document 2: Node has no metadata.name" in capsys.readouterr().err
+
+
+def test_bundled_cluster_has_a_node_of_every_vendor(capsys: pytest.CaptureFixture[str]) -> None:
+    """Every vendor plugin in the repository places its example pods on its example node."""
+    from hami_core.plugins.manager import get_plugin_manager
+
+    installed = {r.name for r in get_plugin_manager().reports if r.status == "loaded"}
+    report = _run_json(capsys)
+    by_node = {p["node"] for p in report["runs"][0]["placements"] if p["node"]}
+    expected = {"ascend": "ascend-910b3-0", "cambricon": "mlu370-node-0", "hygon": "dcu-node-0",
+                "iluvatar": "iluvatar-bi150-0", "metax": "metax-sgpu-node-1", "mthreads": "mtt-node-1",
+                "nvidia": "gpu-a100-0"}
+    for vendor, node in expected.items():
+        if vendor in installed:
+            assert node in by_node, f"{vendor}: no pod placed on {node}"

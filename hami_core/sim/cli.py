@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import yaml
 from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -19,7 +20,7 @@ from hami_core.engine.facade import Engine
 from hami_core.plugins.manager import get_plugin_manager
 from hami_core.sim import openb
 from hami_core.sim.experiment import Experiment, Policy, PolicyError, parse_seeds, resolve_policies, sim_pods
-from hami_core.sim.loader import load_file
+from hami_core.sim.loader import bundled, load_file
 from hami_core.sim.report import print_single, report_json, summary_table, usage_json
 from hami_core.sim.workload import from_task
 
@@ -47,7 +48,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     src.add_argument("--workload", metavar="PATH", help="YAML file of Pod objects (default: bundled example)")
     src.add_argument("--trace-nodes", metavar="CSV", help="openb node list (openb_node_list_gpu_node.csv)")
     src.add_argument("--trace-pods", metavar="CSV", help="openb task list (openb_pod_list_*.csv)")
-    src.add_argument("--config", metavar="PATH", help="device-config.yaml (default: NVIDIA with HAMi defaults)")
+    src.add_argument("--config", metavar="PATH",
+                     help="device-config.yaml (default: every vendor for the bundled cluster, else NVIDIA only, "
+                          "with HAMi's chart defaults)")
     src.add_argument("--split-count", type=int, default=10, metavar="N",
                      help="tasks that may share one trace GPU (HAMi deviceSplitCount; default 10)")
     src.add_argument("--strict", action="store_true",
@@ -74,7 +77,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _config(args: argparse.Namespace) -> EngineConfig:
-    config = load_config(args.config)
+    if args.config:
+        config = load_config(args.config)
+    elif not (args.cluster or args.trace_nodes):  # the bundled cluster has a node of every vendor
+        config = load_config(yaml.safe_load(bundled("device-config.yaml")))
+    else:
+        config = load_config(None)
     overrides = {}
     if args.node_policy:
         overrides["node_scheduler_policy"] = args.node_policy

@@ -245,11 +245,21 @@ class Replay:
 
 
 def dominant_reason(failed: Mapping[str, str]) -> str:
-    """The reason word that rejected the most nodes (HAMi's unparsable reasons count as themselves)."""
-    counts: Counter[str] = Counter()
+    """The reason word that rejected the most nodes.
+
+    Device-level words (``CardInsufficientMemory`` in ``8/8 CardInsufficientMemory``) come first: a node
+    rejected as a whole (``NodeInsufficientDevice``, ``node unregistered``) usually just lacks that kind
+    of device, which says little about why the pod did not fit where it could have gone.
+    """
+    card: Counter[str] = Counter()
+    node: Counter[str] = Counter()
     for reason in failed.values():
-        words = set(parse_reasons(reason)) or {reason}
-        counts.update(words)
+        words = set(parse_reasons(reason))
+        if words:
+            card.update(words)
+        else:
+            node[reason] += 1
+    counts = card or node
     if not counts:
         return "NoCandidateNode"
     return max(sorted(counts), key=lambda w: counts[w])

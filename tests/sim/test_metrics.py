@@ -123,6 +123,9 @@ def test_dominant_reason() -> None:
     assert dominant_reason({"a": "1/2 CardInsufficientMemory, 1/2 CardUuidMismatch",
                             "b": "2/2 CardInsufficientMemory", "c": "node unregistered"}) == "CardInsufficientMemory"
     assert dominant_reason({"a": "NodeInsufficientDevice"}) == "NodeInsufficientDevice"
+    # device-level reasons outrank nodes rejected as a whole, however many
+    assert dominant_reason({"a": "1/1 CardInsufficientCore", "b": "NodeInsufficientDevice",
+                            "c": "NodeInsufficientDevice"}) == "CardInsufficientCore"
     assert dominant_reason({}) == "NoCandidateNode"
 
 
