@@ -68,7 +68,7 @@ def _build_parser() -> argparse.ArgumentParser:
     plugins = commands.add_parser(
         "plugins", parents=[common], help="list plugins and the backends they register",
         description="List built-in and installed plugins, why any was skipped, and the device backends each "
-                    "registers with the device configuration (default: HAMi's built-in NVIDIA defaults).")
+                    "registers with the device configuration (default: every vendor section at HAMi's chart defaults).")
     plugins.add_argument("--json", action="store_true", help="print JSON instead of a table")
     plugins.add_argument("--config", metavar="PATH", help="device-config.yaml to compute backends with")
     plugins.set_defaults(command="plugins", handler=_cmd_plugins)
@@ -86,9 +86,15 @@ def _build_parser() -> argparse.ArgumentParser:
 
 def _cmd_plugins(args: argparse.Namespace, _extra: list[str]) -> int:
     pm = get_plugin_manager()
-    from hami_core.engine.config import load_config
+    import yaml
 
-    rows, backends_error = _plugin_rows(pm, load_config(getattr(args, "config", None)).devices)
+    from hami_core.engine.config import load_config
+    from hami_core.sim.loader import bundled
+
+    path = getattr(args, "config", None)
+    # Without a config, show what each plugin registers with every vendor section at HAMi's chart defaults.
+    config = load_config(path) if path else load_config(yaml.safe_load(bundled("device-config.yaml")))
+    rows, backends_error = _plugin_rows(pm, config.devices)
     if args.json:
         json.dump({"plugins": rows, "backends_error": backends_error}, sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -105,7 +111,7 @@ def _cmd_plugins(args: argparse.Namespace, _extra: list[str]) -> int:
         status = row["status"]
         table.add_row(row["name"], row["distribution"] or "", row["version"] or "",
                       f"[{_STATUS_STYLE.get(status, 'default')}]{status}[/]", backends, row["reason"])
-    console = Console(file=sys.stdout, highlight=False)
+    console = Console(file=sys.stdout, highlight=False, width=None if sys.stdout.isatty() else 140)
     console.print(table)
     if backends_error:
         console.print(f"backends could not be computed with the default configuration: {backends_error}",
