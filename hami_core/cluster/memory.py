@@ -1,86 +1,190 @@
-"""An in-process cluster: Node and Pod objects in memory, scheduled by an :class:`Engine`.
+"""An in-process cluster: Nodes, Pods and Events in memory, behind the :class:`~hami_core.cluster.base.Cluster`
+interface, with resourceVersions, compare-and-swap patches and watches, as the API server has them.
 
-It plays the parts the real cluster plays around the engine (admission webhook, extender filter,
-reserve, the annotation patch, bind), without a Kubernetes API. The simulator and tests use it.
+``hami scheduler --cluster-file cluster.yaml`` serves the real extender and webhook on top of it with no
+Kubernetes at all.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
-from dataclasses import dataclass
+import itertools
+import threading
+from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
-from hami_core.engine.decision import Decision
-from hami_core.engine.facade import Engine, NodeStatus
-from hami_core.engine.pods import pod_key, pod_ref
-from hami_core.plugins.errors import AdmissionDenied, AdmissionFailed
-from hami_core.wire import keys
+import yaml
+
+from hami_core.cluster.base import ConflictError, NotFoundError, WatchHandler
+from hami_core.plugins.errors import HamiError
 
 
-@dataclass(frozen=True, slots=True)
-class Placement:
-    """What happened to one submitted pod."""
-
-    pod: str
-    decision: Decision | None
-    denied: str | None = None
-
-    @property
-    def node(self) -> str | None:
-        return self.decision.node if self.decision is not None else None
+def merge_patch(target: dict[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+    """RFC 7386 JSON merge patch, in place: ``None`` deletes a key, mappings merge, anything else replaces."""
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, Mapping) and isinstance(target.get(key), dict):
+            merge_patch(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value) if isinstance(value, Mapping | list) else value
+    return target
 
 
 class MemoryCluster:
-    """Nodes and pods held in dicts; :meth:`submit` runs admission, filter, reserve and bind."""
+    """A thread-safe store of Nodes and Pods (and recorded Events) implementing ``Cluster``."""
 
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+    def __init__(self, nodes: Iterable[Mapping[str, Any]] = (), pods: Iterable[Mapping[str, Any]] = ()) -> None:
+        self._lock = threading.RLock()
+        self._rv = itertools.count(1)
         self.nodes: dict[str, dict[str, Any]] = {}
-        self.pods: dict[str, dict[str, Any]] = {}
+        self.pods: dict[tuple[str, str], dict[str, Any]] = {}
+        self.events: list[dict[str, Any]] = []
+        self._watchers: list[tuple[WatchHandler, WatchHandler]] = []
+        for node in nodes:
+            self.add_node(node)
+        for pod in pods:
+            self.add_pod(pod)
 
-    def add_node(self, node: Mapping[str, Any]) -> NodeStatus:
-        obj = copy.deepcopy(dict(node))
-        status = self.engine.upsert_node(obj)
-        annos = obj.setdefault("metadata", {}).setdefault("annotations", {})
-        for k, v in status.patch.items():  # the handshake mark the scheduler writes back
-            if v is None:
-                annos.pop(k, None)
-            else:
-                annos[k] = v
-        self.nodes[status.name] = obj
-        return status
-
-    def add_pod(self, pod: Mapping[str, Any]) -> None:
-        """Add an already-scheduled pod (it books usage if it carries HAMi annotations)."""
-        obj = copy.deepcopy(dict(pod))
-        self.pods[pod_key(obj)] = obj
-        self.engine.upsert_pod(obj)
-
-    def submit(self, pod: Mapping[str, Any], *, bind: bool = True) -> Placement:
-        """Admit, schedule, reserve and (optionally) bind one new pod."""
-        ref = pod_ref(pod)
+    @classmethod
+    def from_file(cls, path: str | Path) -> MemoryCluster:
+        """Nodes and Pods from one YAML file (multi-document or ``kind: List``); other kinds are ignored."""
         try:
-            admitted = self.engine.admit(pod)
-        except (AdmissionDenied, AdmissionFailed) as exc:
-            return Placement(ref, None, str(exc))
-        decision = self.engine.schedule(admitted, list(self.nodes))
-        if decision.node is None:
-            return Placement(ref, decision)
-        self.engine.reserve(admitted, decision)
-        meta = admitted.setdefault("metadata", {})
-        meta.setdefault("annotations", {}).update(decision.annotations)
-        meta.setdefault("labels", {})[keys.VGPU_NODE] = decision.node
-        if bind:
-            meta["annotations"][keys.BIND_PHASE] = keys.BIND_PHASE_ALLOCATING
-            meta["annotations"][keys.BIND_TIME] = decision.annotations[keys.VGPU_TIME]
-            admitted.setdefault("spec", {})["nodeName"] = decision.node
-            self.engine.hook.hami_pod_bound(pod=admitted, node=decision.node)
-        self.pods[pod_key(admitted)] = admitted
-        self.engine.upsert_pod(admitted)  # what the pod watch would deliver after the patch
-        return Placement(ref, decision)
+            docs = list(yaml.safe_load_all(Path(path).read_text(encoding="utf-8")))
+        except OSError as exc:
+            raise HamiError(f"cannot read cluster file {path}: {exc.strerror or exc}") from None
+        except yaml.YAMLError as exc:
+            raise HamiError(f"cluster file {path} is not valid YAML: {exc}") from None
+        nodes, pods = [], []
+        for i, doc in enumerate(docs):
+            items = doc.get("items") if isinstance(doc, dict) and doc.get("kind") == "List" else [doc]
+            for obj in items or []:
+                if not isinstance(obj, dict):
+                    continue
+                if not (obj.get("metadata") or {}).get("name"):
+                    raise HamiError(f"{path}: document {i + 1}: {obj.get('kind', 'object')} has no metadata.name")
+                if obj.get("kind") == "Node":
+                    nodes.append(obj)
+                elif obj.get("kind") == "Pod":
+                    pods.append(obj)
+        return cls(nodes, pods)
 
-    def delete_pod(self, key: str) -> None:
-        pod = self.pods.pop(key, None)
-        if pod is not None:
-            self.engine.remove_pod(pod)
+    # ------------------------------------------------------------------------------------ writes
+    def _stamp(self, obj: dict[str, Any]) -> dict[str, Any]:
+        obj.setdefault("metadata", {})["resourceVersion"] = str(next(self._rv))
+        return obj
+
+    def _notify(self, kind: str, event: str, obj: dict[str, Any]) -> None:
+        for on_node, on_pod in list(self._watchers):
+            (on_node if kind == "Node" else on_pod)(event, copy.deepcopy(obj))
+
+    def add_node(self, node: Mapping[str, Any]) -> dict[str, Any]:
+        obj = self._stamp(copy.deepcopy(dict(node)))
+        obj.setdefault("kind", "Node")
+        with self._lock:
+            event = "MODIFIED" if obj["metadata"]["name"] in self.nodes else "ADDED"
+            self.nodes[obj["metadata"]["name"]] = obj
+            self._notify("Node", event, obj)
+        return copy.deepcopy(obj)
+
+    def add_pod(self, pod: Mapping[str, Any]) -> dict[str, Any]:
+        obj = self._stamp(copy.deepcopy(dict(pod)))
+        obj.setdefault("kind", "Pod")
+        meta = obj["metadata"]
+        meta.setdefault("namespace", "default")
+        meta.setdefault("uid", f"uid-{meta['namespace']}-{meta['name']}")
+        key = (meta["namespace"], meta["name"])
+        with self._lock:
+            event = "MODIFIED" if key in self.pods else "ADDED"
+            self.pods[key] = obj
+            self._notify("Pod", event, obj)
+        return copy.deepcopy(obj)
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        with self._lock:
+            obj = self.pods.pop((namespace, name), None)
+            if obj is None:
+                raise NotFoundError(f"pods {namespace}/{name} not found")
+            self._notify("Pod", "DELETED", obj)
+
+    def delete_node(self, name: str) -> None:
+        with self._lock:
+            obj = self.nodes.pop(name, None)
+            if obj is None:
+                raise NotFoundError(f"nodes {name} not found")
+            self._notify("Node", "DELETED", obj)
+
+    # ------------------------------------------------------------------------------------ Cluster
+    def get_node(self, name: str) -> dict[str, Any]:
+        with self._lock:
+            if name not in self.nodes:
+                raise NotFoundError(f'nodes "{name}" not found')
+            return copy.deepcopy(self.nodes[name])
+
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
+        with self._lock:
+            if (namespace, name) not in self.pods:
+                raise NotFoundError(f'pods "{name}" not found in namespace {namespace}')
+            return copy.deepcopy(self.pods[(namespace, name)])
+
+    def list_nodes(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [copy.deepcopy(n) for _, n in sorted(self.nodes.items())]
+
+    def list_pods(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [copy.deepcopy(p) for _, p in sorted(self.pods.items())]
+
+    def _patch(self, kind: str, store: dict[Any, dict[str, Any]], key: Any, patch: Mapping[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            obj = store.get(key)
+            if obj is None:
+                raise NotFoundError(f"{kind} {key} not found")
+            wanted = (patch.get("metadata") or {}).get("resourceVersion")
+            if wanted is not None and wanted != obj["metadata"]["resourceVersion"]:
+                raise ConflictError(f"Operation cannot be fulfilled on {kind} {key}: the object has been modified; "
+                                    "please apply your changes to the latest version and try again")
+            patch = copy.deepcopy(dict(patch))
+            (patch.get("metadata") or {}).pop("resourceVersion", None)
+            merge_patch(obj, patch)
+            self._stamp(obj)
+            self._notify(kind, "MODIFIED", obj)
+            return copy.deepcopy(obj)
+
+    def patch_node(self, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
+        return self._patch("Node", self.nodes, name, patch)
+
+    def patch_pod(self, namespace: str, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
+        return self._patch("Pod", self.pods, (namespace, name), patch)
+
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        with self._lock:
+            pod = self.pods.get((namespace, name))
+            if pod is None:
+                raise NotFoundError(f'pods "{name}" not found in namespace {namespace}')
+            if uid and pod["metadata"].get("uid") != uid:
+                raise ConflictError(f"pod {namespace}/{name}: UID {uid} does not match")
+            if pod.get("spec", {}).get("nodeName"):
+                raise ConflictError(f"pod {namespace}/{name} is already assigned to node "
+                                    f"{pod['spec']['nodeName']}")
+            self._patch("Pod", self.pods, (namespace, name), {"spec": {"nodeName": node}})
+
+    def event(self, obj: Mapping[str, Any], event_type: str, reason: str, message: str) -> None:
+        meta = obj.get("metadata") or {}
+        with self._lock:
+            self.events.append({"type": event_type, "reason": reason, "message": message,
+                                "involvedObject": {"kind": obj.get("kind", "Pod"), "name": meta.get("name"),
+                                                   "namespace": meta.get("namespace"), "uid": meta.get("uid")}})
+
+    def watch(self, on_node: WatchHandler, on_pod: WatchHandler) -> None:
+        with self._lock:
+            for node in self.nodes.values():
+                on_node("ADDED", copy.deepcopy(node))
+            for pod in self.pods.values():
+                on_pod("ADDED", copy.deepcopy(pod))
+            self._watchers.append((on_node, on_pod))
+
+    def close(self) -> None:
+        with self._lock:
+            self._watchers.clear()

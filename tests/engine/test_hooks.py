@@ -10,7 +10,6 @@ import pytest
 from core_helpers import ACME_ALLOCATED, ACME_HANDSHAKE, acme, acme_device, make_node, make_pod, scheduled
 
 from hami_core import hookimpl
-from hami_core.cluster.memory import MemoryCluster
 from hami_core.plugins.errors import PluginError
 from hami_core.plugins.manager import get_plugin_manager
 from hami_core.plugins.types import (
@@ -161,11 +160,9 @@ def test_hook_hami_pod_bound(make_engine) -> None:
         def hami_pod_bound(self, pod: Mapping[str, Any], node: str) -> None:
             bound.append((pod["metadata"]["name"], node))
 
-    cluster = MemoryCluster(make_engine(None, Audit()))
-    cluster.add_node(make_node("n", [acme_device(0)]))
-    placement = cluster.submit(make_pod("p", acme(1, 100)))
-    assert placement.node == "n" and bound == [("p", "n")]
-    assert cluster.pods["uid-p"]["spec"]["nodeName"] == "n"
+    engine = make_engine(None, Audit())
+    engine.hook.hami_pod_bound(pod=make_pod("p", acme(1, 100)), node="n")
+    assert bound == [("p", "n")]
 
 
 def test_hook_hami_discover_devices() -> None:

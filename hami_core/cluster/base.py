@@ -1,0 +1,67 @@
+"""The interface between the scheduler and where Kubernetes objects live.
+
+Two implementations: :class:`hami_core.cluster.memory.MemoryCluster` (in-process, no Kubernetes) and
+:class:`hami_core.cluster.kube.KubeCluster` (the official ``kubernetes`` client). Objects are plain
+Kubernetes JSON dicts. Patches are JSON merge patches (``application/merge-patch+json``); a key set to
+``None`` is deleted. A patch that carries ``metadata.resourceVersion`` is a compare-and-swap: it fails
+with :class:`ConflictError` when the object changed since that version.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from hami_core.plugins.errors import PermanentError, TemporaryError
+
+#: Watch callback: ``(event_type, object)`` with event_type ``ADDED``, ``MODIFIED`` or ``DELETED``.
+WatchHandler = Callable[[str, dict[str, Any]], None]
+
+
+class NotFoundError(PermanentError):
+    """The object does not exist (HTTP 404)."""
+
+
+class ConflictError(TemporaryError):
+    """The object changed since the resourceVersion the write was based on (HTTP 409); re-read and retry."""
+
+
+class Cluster(Protocol):
+    """What the extender, the webhook and the registration loop need from a cluster."""
+
+    def get_node(self, name: str) -> dict[str, Any]:
+        """The Node; raises :class:`NotFoundError`."""
+        ...
+
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
+        """The Pod; raises :class:`NotFoundError`."""
+        ...
+
+    def list_nodes(self) -> list[dict[str, Any]]:
+        ...
+
+    def list_pods(self) -> list[dict[str, Any]]:
+        ...
+
+    def patch_node(self, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
+        """Merge-patch a Node; with ``metadata.resourceVersion`` in the patch, a CAS (:class:`ConflictError`)."""
+        ...
+
+    def patch_pod(self, namespace: str, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
+        """Merge-patch a Pod (annotations, labels); raises :class:`NotFoundError`."""
+        ...
+
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        """Create the ``pods/binding`` subresource (the pod gets ``spec.nodeName``)."""
+        ...
+
+    def event(self, obj: Mapping[str, Any], event_type: str, reason: str, message: str) -> None:
+        """Record a Kubernetes Event about ``obj`` (``Normal`` or ``Warning``); never raises."""
+        ...
+
+    def watch(self, on_node: WatchHandler, on_pod: WatchHandler) -> None:
+        """Deliver every current Node and Pod as ``ADDED``, then changes as they happen, until :meth:`close`."""
+        ...
+
+    def close(self) -> None:
+        ...
