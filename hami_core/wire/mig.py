@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hami_core.plugins.types import Placement, PodSingleDevice
-from hami_core.wire import _json
+from hami_core.wire import gojson as _json
 from hami_core.wire.common import INT64_MAX, INT64_MIN, UINT32_MAX, wire_error
 
 __all__ = [

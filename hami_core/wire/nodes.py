@@ -7,7 +7,7 @@ from typing import Any
 
 from hami_core.plugins.errors import WireFormatError
 from hami_core.plugins.types import DeviceInfo, MigProfile, Placement
-from hami_core.wire import _json
+from hami_core.wire import gojson as _json
 from hami_core.wire.common import (
     INT32_MAX,
     INT32_MIN,

@@ -29,7 +29,7 @@ from hami_core.plugins.types import (
     ResourceNames,
     ScoreCandidate,
 )
-from hami_core.wire import _json
+from hami_core.wire import gojson as _json
 from hami_core.wire.common import INT32_MAX, split_list
 from hami_core.wire.keys import NODE_LOCK
 from hami_core.wire.nodes import decode_node_devices_json

@@ -37,7 +37,8 @@ from hami_core.plugins.types import (
     PodSingleDevice,
     ResourceNames,
 )
-from hami_core.wire import _json, keys
+from hami_core.wire import gojson as _json
+from hami_core.wire import keys
 from hami_core.wire.common import (
     INT32_MAX,
     INT32_MIN,

@@ -189,3 +189,30 @@ def chosen(result: FitResult) -> list[str]:
     """UUIDs of the devices a successful fit chose, in order."""
     assert result.ok, result.reason
     return [d.uuid for d in result.devices]
+
+
+class InProcess:
+    """Admission, schedule, reserve and the annotation write-back the pod watch would deliver, in-process."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+        self.pods: dict[str, dict[str, Any]] = {}
+
+    def add_node(self, node: dict[str, Any]) -> Any:
+        return self.engine.upsert_node(node)
+
+    def submit(self, pod: dict[str, Any]) -> Any:
+        from types import SimpleNamespace
+
+        admitted = self.engine.admit(pod)
+        decision = self.engine.schedule(admitted)
+        if decision.node is not None:
+            self.engine.reserve(admitted, decision)
+            admitted["metadata"].setdefault("annotations", {}).update(decision.annotations)
+            admitted["spec"]["nodeName"] = decision.node
+            self.engine.upsert_pod(admitted)
+            self.pods[admitted["metadata"].get("uid") or admitted["metadata"]["name"]] = admitted
+        return SimpleNamespace(node=decision.node, decision=decision)
+
+    def delete_pod(self, key: str) -> None:
+        self.engine.remove_pod(self.pods.pop(key))

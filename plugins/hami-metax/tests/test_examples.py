@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from metax_testlib import Clock, plugin_manager
+from metax_testlib import Clock, InProcess, plugin_manager
 
-from hami_core.cluster.memory import MemoryCluster
 from hami_core.engine.facade import Engine
 from hami_core.sim.loader import load_objects
 from hami_metax import backend as mx
@@ -30,7 +29,7 @@ def test_example_nodes_register_both_backends(clock: Clock) -> None:
 
 
 def test_every_example_pod_is_placed(clock: Clock) -> None:
-    cluster = MemoryCluster(Engine(EXAMPLES / "device-config.yaml", plugins=plugin_manager(), clock=clock))
+    cluster = InProcess(Engine(EXAMPLES / "device-config.yaml", plugins=plugin_manager(), clock=clock))
     for node in load("node.yaml", "Node"):
         cluster.add_node(node)
     pods = load("pods.yaml", "Pod")

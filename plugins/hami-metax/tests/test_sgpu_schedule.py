@@ -9,6 +9,7 @@ import pytest
 from metax_testlib import (
     VGPU_NODE,
     Clock,
+    InProcess,
     container,
     make_engine,
     make_pod,
@@ -18,7 +19,6 @@ from metax_testlib import (
     sgpu_node,
 )
 
-from hami_core.cluster.memory import MemoryCluster
 from hami_core.engine.facade import Engine
 from hami_core.plugins.types import LockSpec
 from hami_metax import backend as mx
@@ -175,7 +175,7 @@ def test_reserved_decision_counts_for_app_class(clock: Clock) -> None:
 
 
 def test_memory_cluster_keeps_classes_in_step(clock: Clock) -> None:
-    cluster = MemoryCluster(make_engine(clock=clock))
+    cluster = InProcess(make_engine(clock=clock))
     cluster.add_node(sgpu_node("s1", [sdev("GPU-1")]))
     placed = cluster.submit(make_pod(sgpu_container(mem=1), name="o", annotations={APP: "online"}))
     assert placed.node == "s1"

@@ -1,4 +1,7 @@
-"""Go ``encoding/json`` look-alike helpers: strict loading, case-insensitive keys, typed fields, Go output."""
+"""Go ``encoding/json`` look-alike helpers: strict loading, case-insensitive keys, typed fields, Go output.
+
+Public for vendor plugins that read or write their own JSON annotations the way HAMi's Go code does.
+"""
 
 from __future__ import annotations
 
