@@ -81,7 +81,172 @@ def _build_parser() -> argparse.ArgumentParser:
     simulate = commands.add_parser("simulate", parents=[common], add_help=False,
                                    help="place a workload onto a cluster in-process (hami simulate -h)")
     simulate.set_defaults(command="simulate", handler=_cmd_simulate)
+
+    _add_scheduler_parser(commands, common)
+    certs = commands.add_parser("certs", parents=[common], help="write a self-signed TLS certificate and key",
+                                description="Write tls.crt and tls.key (self-signed) for serving the scheduler "
+                                            "over TLS locally.")
+    certs.add_argument("--out", metavar="DIR", required=True, help="directory to write tls.crt and tls.key to")
+    certs.add_argument("--host", metavar="NAME", action="append", dest="hosts",
+                       help="DNS name or IP the certificate is valid for (repeatable; default localhost, 127.0.0.1)")
+    certs.add_argument("--days", type=int, default=365, help="validity in days (default: 365)")
+    certs.set_defaults(command="certs", handler=_cmd_certs)
     return parser
+
+
+def _add_scheduler_parser(commands: Any, common: argparse.ArgumentParser) -> None:
+    sched = commands.add_parser(
+        "scheduler", parents=[common], help="serve the kube-scheduler extender and admission webhook",
+        description="Serve HAMi's scheduler extender (/filter, /bind), mutating webhook (/webhook), /healthz, "
+                    "/readyz and Prometheus metrics, against a Kubernetes cluster or an in-memory cluster file.")
+    source = sched.add_mutually_exclusive_group()
+    source.add_argument("--kubeconfig", metavar="PATH", help="kubeconfig file (default: the usual lookup)")
+    source.add_argument("--in-cluster", action="store_true", help="use the pod's service account")
+    source.add_argument("--cluster-file", metavar="PATH",
+                        help="serve an in-memory cluster of the Nodes and Pods in this YAML file (no Kubernetes)")
+    sched.add_argument("--http-bind", default="127.0.0.1:9443", metavar="HOST:PORT",
+                       help="extender/webhook address (default: 127.0.0.1:9443)")
+    sched.add_argument("--metrics-bind", default=":9395", metavar="HOST:PORT",
+                       help="metrics address, empty to disable (default: :9395)")
+    sched.add_argument("--tls-cert", metavar="FILE", help="TLS certificate (PEM); with --tls-key serves HTTPS")
+    sched.add_argument("--tls-key", metavar="FILE", help="TLS private key (PEM)")
+    sched.add_argument("--scheduler-name", default="hami-scheduler",
+                       help="scheduler name set by the webhook and used as event source (default: hami-scheduler)")
+    sched.add_argument("--node-scheduler-policy", choices=("binpack", "spread"),
+                       help="default node policy (default: the device config's, else binpack)")
+    sched.add_argument("--gpu-scheduler-policy", metavar="POLICY",
+                       help="default GPU policy, e.g. spread, binpack, topology-aware (default: the device "
+                            "config's, else spread)")
+    sched.add_argument("--device-config", metavar="PATH", help="device-config.yaml (default: built-in defaults)")
+    sched.add_argument("--node-lock-timeout", type=float, default=300.0, metavar="SECONDS",
+                       help="node lock expiry (default: 300)")
+    sched.add_argument("--node-lock-retry-timeout", type=float, default=28.0, metavar="SECONDS",
+                       help="how long PodGroup members wait for a locked node (default: 28)")
+    sched.add_argument("--resync", type=float, default=15.0, metavar="SECONDS",
+                       help="period of the node re-registration pass (default: 15)")
+    sched.add_argument("--leader-elect", action="store_true",
+                       help="register nodes only while holding the scheduler lease (Kubernetes only)")
+    sched.add_argument("--leader-elect-resource-name", default="hami-scheduler", metavar="NAME",
+                       help="lease name (default: hami-scheduler)")
+    sched.add_argument("--leader-elect-resource-namespace", default="kube-system", metavar="NAMESPACE",
+                       help="lease namespace (default: kube-system)")
+    sched.add_argument("--kube-qps", type=float, default=5.0, help="API client QPS (default: 5)")
+    sched.add_argument("--kube-burst", type=int, default=10, help="API client burst (default: 10)")
+    sched.set_defaults(command="scheduler", handler=_cmd_scheduler)
+
+
+def _cmd_certs(args: argparse.Namespace, _extra: list[str]) -> int:
+    from hami_core.scheduler.certs import DEFAULT_HOSTS, write_self_signed
+
+    try:
+        cert, key = write_self_signed(args.out, args.hosts or DEFAULT_HOSTS, days=args.days)
+    except OSError as exc:
+        raise HamiError(f"cannot write certificates to {args.out}: {exc.strerror or exc}") from None
+    print(f"wrote {cert} and {key}")
+    return 0
+
+
+def _scheduler_cluster(args: argparse.Namespace) -> Any:
+    if args.cluster_file:
+        from hami_core.cluster.memory import MemoryCluster
+
+        return MemoryCluster.from_file(args.cluster_file)
+    try:
+        kube = importlib.import_module("hami_core.cluster.kube")
+    except ImportError as exc:
+        raise HamiError(f"the Kubernetes cluster adapter is unavailable ({exc}); use --cluster-file") from None
+    return kube.KubeCluster(kubeconfig=args.kubeconfig, in_cluster=args.in_cluster, qps=args.kube_qps,
+                            burst=args.kube_burst)
+
+
+def _scheduler_leader(args: argparse.Namespace, cluster: Any) -> Any:
+    if not args.leader_elect:
+        return None
+    if args.cluster_file:
+        raise HamiError("--leader-elect needs a Kubernetes cluster, not --cluster-file")
+    try:
+        leader = importlib.import_module("hami_core.cluster.leader")
+    except ImportError as exc:
+        raise HamiError(f"leader election is unavailable ({exc})") from None
+    import socket
+    import threading
+
+    # HAMi does not campaign: it follows the co-located kube-scheduler's Lease (holder = <hostname>_<uuid>).
+    elector = leader.LeaderElector(cluster.api_client, namespace=args.leader_elect_resource_namespace,
+                                   name=args.leader_elect_resource_name, identity=socket.gethostname(),
+                                   campaign=False)
+    stop = threading.Event()
+    threading.Thread(target=elector.run, args=(stop,), name="hami-leader", daemon=True).start()
+    elector.stop = stop.set
+    return elector
+
+
+def _cmd_scheduler(args: argparse.Namespace, _extra: list[str]) -> int:
+    import signal
+    import threading
+
+    from hami_core.engine.config import load_config
+    from hami_core.engine.facade import Engine
+    from hami_core.scheduler.app import Options, Scheduler
+    from hami_core.scheduler.server import parse_bind
+
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise HamiError("--tls-cert and --tls-key go together")
+    try:
+        host, port = parse_bind(args.http_bind, 9443)
+        metrics = parse_bind(args.metrics_bind, 9395) if args.metrics_bind else None
+    except ValueError as exc:
+        raise HamiError(str(exc)) from None
+    config = load_config(args.device_config)
+    overrides = {k: v for k, v in (("node_scheduler_policy", args.node_scheduler_policy),
+                                   ("gpu_scheduler_policy", args.gpu_scheduler_policy),
+                                   ("scheduler_name", args.scheduler_name)) if v}
+    if overrides:
+        config = _with_scheduler(config, overrides)
+    engine = Engine(config)
+    cluster = _scheduler_cluster(args)
+    elector = _scheduler_leader(args, cluster)
+    options = Options(host=host, port=port, metrics_host=metrics[0] if metrics else None,
+                      metrics_port=metrics[1] if metrics else 0, cert_file=args.tls_cert, key_file=args.tls_key,
+                      scheduler_name=args.scheduler_name, lock_timeout_s=args.node_lock_timeout,
+                      lock_retry_timeout_s=args.node_lock_retry_timeout, resync_s=args.resync)
+    try:
+        service = Scheduler(engine, cluster, options, is_leader=elector.is_leader if elector else None)
+    except OSError as exc:
+        raise HamiError(f"cannot listen on {args.http_bind}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise HamiError(str(exc)) from None
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        service.start()
+    except OSError as exc:
+        service.server.shutdown()
+        raise HamiError(f"cannot start: {exc.strerror or exc}") from None
+    logging.getLogger("hami.scheduler").warning(
+        "hami scheduler %s serving %s/filter, /bind, /webhook, /healthz, /readyz; metrics %s; %d node(s)",
+        args.scheduler_name, service.server.url, service.metrics_url or "disabled", len(engine.nodes))
+    stop.wait()
+    logging.getLogger("hami.scheduler").warning("shutting down")
+    service.stop()
+    if elector is not None and hasattr(elector, "stop"):
+        elector.stop()
+    return 0
+
+
+def _with_scheduler(config: Any, overrides: Mapping[str, str]) -> Any:
+    """``config`` with scheduler settings replaced (flags win over the device config file)."""
+    from dataclasses import replace
+
+    from pydantic import ValidationError
+
+    sched = config.scheduler
+    try:
+        updated = type(sched).model_validate({**sched.model_dump(), **overrides})
+    except ValidationError as exc:
+        raise HamiError(f"invalid scheduler flag: {exc.errors()[0].get('msg', exc)}") from None
+    return replace(config, scheduler=updated)
 
 
 def _cmd_plugins(args: argparse.Namespace, _extra: list[str]) -> int:

@@ -1,0 +1,89 @@
+"""Wiring: one engine, one lock, the sync feed, the extender, the webhook, the HTTP server and metrics."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from hami_core.cluster.base import Cluster
+from hami_core.engine.facade import Engine
+from hami_core.scheduler.extender import Extender
+from hami_core.scheduler.metrics import serve_metrics
+from hami_core.scheduler.nodelock import DEFAULT_RETRY_TIMEOUT_S, DEFAULT_TIMEOUT_S
+from hami_core.scheduler.server import SchedulerServer
+from hami_core.scheduler.sync import DEFAULT_INTERVAL_S, Sync
+from hami_core.scheduler.webhook import Webhook
+from hami_core.wire import keys
+
+__all__ = ["Options", "Scheduler"]
+
+log = logging.getLogger("hami.scheduler")
+
+
+@dataclass
+class Options:
+    """Service settings (the ``hami scheduler`` flags)."""
+
+    host: str = "127.0.0.1"
+    port: int = 9443
+    metrics_host: str | None = "0.0.0.0"
+    metrics_port: int = 9395
+    cert_file: str | None = None
+    key_file: str | None = None
+    scheduler_name: str = keys.DEFAULT_SCHEDULER_NAME
+    lock_timeout_s: float = DEFAULT_TIMEOUT_S
+    lock_retry_timeout_s: float = DEFAULT_RETRY_TIMEOUT_S
+    resync_s: float = DEFAULT_INTERVAL_S
+    sync_wait_s: float = 30.0
+
+
+class Scheduler:
+    """The running service. ``start()`` syncs, then serves; ``stop()`` shuts everything down."""
+
+    def __init__(self, engine: Engine, cluster: Cluster, options: Options | None = None, *,
+                 is_leader: Callable[[], bool] | None = None) -> None:
+        self.options = options or Options()
+        self.engine = engine
+        self.cluster = cluster
+        self.lock = threading.RLock()
+        self.sync = Sync(engine, cluster, engine_lock=self.lock, interval_s=self.options.resync_s,
+                         is_leader=is_leader)
+        self.extender = Extender(engine, cluster, scheduler_name=self.options.scheduler_name,
+                                 lock_timeout=self.options.lock_timeout_s,
+                                 lock_retry_timeout=self.options.lock_retry_timeout_s, engine_lock=self.lock,
+                                 ready=self.sync.wait_synced, sync_wait_s=self.options.sync_wait_s)
+        self.webhook = Webhook(engine, engine_lock=self.lock)
+        self.server = SchedulerServer(self.extender, self.webhook, self.options.host, self.options.port,
+                                      cert_file=self.options.cert_file, key_file=self.options.key_file,
+                                      ready=lambda: self.sync.synced)
+        self.metrics: tuple[Any, threading.Thread] | None = None
+
+    @property
+    def metrics_url(self) -> str | None:
+        if self.metrics is None:
+            return None
+        host, port = self.metrics[0].server_address[:2]
+        return f"http://{host}:{port}/metrics"
+
+    def start(self) -> None:
+        """Sync with the cluster, then serve HTTP and metrics in background threads."""
+        self.sync.start()
+        if self.options.metrics_host is not None:
+            self.metrics = serve_metrics(self.engine, self.options.metrics_host, self.options.metrics_port,
+                                         self.lock)
+        self.server.start()
+
+    def stop(self) -> None:
+        """Graceful shutdown: stop serving, stop the sync loop, close the cluster."""
+        self.server.shutdown()
+        if self.metrics is not None:
+            self.metrics[0].shutdown()
+            self.metrics[0].server_close()
+        self.sync.stop()
+        try:
+            self.cluster.close()
+        except Exception as exc:
+            log.warning("closing the cluster: %s", exc)

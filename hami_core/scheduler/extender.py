@@ -1,0 +1,248 @@
+"""The kube-scheduler extender verbs ``filter`` and ``bind`` (spec §5.2, §6.1, §6.9-§6.11, §8.1, B.3).
+
+Wire shapes are ``k8s.io/kube-scheduler/extender/v1``: capitalised keys (read here case-insensitively),
+results always carrying every key. The engine is shared with the watch feed (:mod:`.sync`) and guarded
+by one lock; the lock is never held while calling the cluster (a cluster may deliver watch events
+synchronously from the writing thread).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from hami_core.cluster.base import Cluster
+from hami_core.engine.facade import Engine
+from hami_core.engine.pods import metadata, pod_ref
+from hami_core.plugins.errors import HamiError
+from hami_core.plugins.types import LockSpec
+from hami_core.scheduler.nodelock import DEFAULT_RETRY_TIMEOUT_S, DEFAULT_TIMEOUT_S, NodeLocker
+from hami_core.wire import keys
+from hami_core.wire.reasons import parse_reasons
+from hami_core.wire.times import encode_unix_seconds
+
+__all__ = ["BadRequest", "Extender", "lower_keys"]
+
+log = logging.getLogger("hami.scheduler.extender")
+
+NORMAL, WARNING = "Normal", "Warning"
+FILTERING_FAILED, FILTERING_SUCCEED = "FilteringFailed", "FilteringSucceed"
+BINDING_FAILED, BINDING_SUCCEED = "BindingFailed", "BindingSucceed"
+
+
+class BadRequest(HamiError):
+    """The request body is structurally wrong (the server answers HTTP 400 with this message)."""
+
+
+def lower_keys(args: Any, what: str) -> dict[str, Any]:
+    """``args`` with its top-level keys lower-cased (Go decodes JSON keys case-insensitively)."""
+    if not isinstance(args, Mapping):
+        raise BadRequest(f"{what} must be a JSON object, got {type(args).__name__}")
+    return {str(k).lower(): v for k, v in args.items()}
+
+
+def filter_result(*, nodes: Any = None, node_names: list[str] | None = None,
+                  failed: Mapping[str, str] | None = None, error: str = "") -> dict[str, Any]:
+    """An ``ExtenderFilterResult`` with every key present."""
+    return {"Nodes": nodes, "NodeNames": node_names, "FailedNodes": dict(failed) if failed is not None else None,
+            "FailedAndUnresolvableNodes": None, "Error": error}
+
+
+class Extender:
+    """HAMi's extender on an :class:`Engine` and a :class:`Cluster`.
+
+    :param engine: the shared engine (fed by :class:`~hami_core.scheduler.sync.Sync`).
+    :param cluster: where pods are patched and bound and events recorded.
+    :param scheduler_name: event source component (``--scheduler-name``).
+    :param lock_timeout: node lock expiry in seconds (``--node-lock-timeout``).
+    :param lock_retry_timeout: PodGroup contention wait (``--node-lock-retry-timeout``).
+    :param engine_lock: the lock around engine access (share it with the sync feed).
+    :param ready: ``ready(timeout_s) -> bool`` waits for the first registration pass (§6.1).
+    :param sync_wait_s: how long filter waits for ``ready`` before answering ``context cancelled``.
+    """
+
+    def __init__(self, engine: Engine, cluster: Cluster, *, scheduler_name: str = keys.DEFAULT_SCHEDULER_NAME,
+                 lock_timeout: float = DEFAULT_TIMEOUT_S, lock_retry_timeout: float = DEFAULT_RETRY_TIMEOUT_S,
+                 engine_lock: threading.RLock | None = None, ready: Callable[[float], bool] | None = None,
+                 sync_wait_s: float = 30.0, clock: Callable[[], float] | None = None,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.engine = engine
+        self.cluster = cluster
+        self.scheduler_name = scheduler_name
+        self.lock = engine_lock if engine_lock is not None else threading.RLock()
+        self.ready = ready
+        self.sync_wait_s = sync_wait_s
+        self.clock = clock if clock is not None else engine.clock
+        self.locker = NodeLocker(cluster, timeout_s=lock_timeout, retry_timeout_s=lock_retry_timeout,
+                                 clock=self.clock, sleep=sleep)
+
+    # ------------------------------------------------------------------------------------ filter
+    def filter(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        """``POST /filter``: ``ExtenderArgs`` → ``ExtenderFilterResult``."""
+        low = lower_keys(args, "ExtenderArgs")
+        pod = low.get("pod")
+        if pod is None:
+            return filter_result(error="extender args missing pod")
+        if not isinstance(pod, Mapping):
+            raise BadRequest(f"ExtenderArgs.Pod must be a Pod object, got {type(pod).__name__}")
+        names = low.get("nodenames")
+        if names is not None and (not isinstance(names, list) or not all(isinstance(n, str) for n in names)):
+            raise BadRequest("ExtenderArgs.NodeNames must be a list of node names")
+        nodes = low.get("nodes")
+        if nodes is not None and not isinstance(nodes, Mapping):
+            raise BadRequest("ExtenderArgs.Nodes must be a NodeList object")
+        if self.ready is not None and not self.ready(self.sync_wait_s):
+            return filter_result(error="context cancelled")
+
+        with self.lock:
+            requests = self.engine.requests(pod)
+        if requests.empty:
+            return filter_result(node_names=list(names) if names is not None else None)
+        if nodes is not None:
+            return self._simulate(pod, nodes)
+        names = list(names or [])
+
+        with self.lock:
+            self.engine.unreserve(pod)  # re-filtered: its earlier reservation no longer counts (§6.1 step 4)
+            decision = self.engine.schedule(pod, names, limit=1)
+            if decision.ok:
+                self.engine.reserve(pod, decision)
+        if decision.error:
+            self._event(pod, WARNING, FILTERING_FAILED, decision.error)
+            return filter_result(error=decision.error)
+        if not decision.ok:
+            self._filtering_failed(pod, decision.failed, len(names))
+            return filter_result(failed=decision.failed)
+
+        node = decision.node or ""
+        patch = {"metadata": {"annotations": dict(decision.annotations), "labels": {keys.VGPU_NODE: node}}}
+        meta = metadata(pod)
+        try:
+            self.cluster.patch_pod(str(meta.get("namespace") or "default"), str(meta.get("name") or ""), patch)
+        except Exception as exc:
+            with self.lock:
+                self.engine.unreserve(pod)
+            text = f"failed to patch pod {pod_ref(pod)}: {exc}"
+            log.warning("filter: %s", text)
+            self._event(pod, WARNING, FILTERING_FAILED, text)
+            return filter_result(error=text)
+
+        fit = ",".join(f"{n}:{decision.scores[n]:.2f}" for n in sorted(decision.scores))
+        self._event(pod, NORMAL, FILTERING_SUCCEED,
+                    f"find fit node({node}), {len(names) - len(decision.scores)} nodes not fit, "
+                    f"{len(decision.scores)} nodes fit({fit})")
+        return filter_result(node_names=[node])
+
+    def _simulate(self, pod: Mapping[str, Any], nodes: Mapping[str, Any]) -> dict[str, Any]:
+        """§6.11: fit onto the supplied Node objects on a throwaway engine; no usage, events or patches."""
+        items = nodes.get("items", nodes.get("Items")) or []
+        if not isinstance(items, list) or not all(isinstance(n, Mapping) for n in items):
+            raise BadRequest("ExtenderArgs.Nodes.items must be a list of Node objects")
+        scratch = Engine(self.engine.config, plugins=self.engine.plugins, clock=self.engine.clock)
+        by_name: dict[str, Mapping[str, Any]] = {}
+        for node in items:
+            name = metadata(node).get("name")
+            if not isinstance(name, str) or not name:
+                raise BadRequest("ExtenderArgs.Nodes: a node has no metadata.name")
+            by_name[name] = node
+            scratch.upsert_node(node)
+        decision = scratch.schedule(pod, list(by_name), limit=1)
+        if decision.error:
+            return filter_result(error=decision.error)
+        if not decision.ok:
+            return filter_result(failed=decision.failed)
+        return filter_result(nodes={"items": [dict(by_name[decision.node or ""])]},
+                             failed=decision.failed or None)
+
+    def _filtering_failed(self, pod: Mapping[str, Any], failed: Mapping[str, str], total: int) -> None:
+        grouped: dict[str, set[str]] = {}
+        for node, reason in failed.items():
+            for word in parse_reasons(reason):
+                grouped.setdefault(word, set()).add(node)
+        for word in sorted(grouped):
+            members = sorted(grouped[word])
+            self._event(pod, WARNING, FILTERING_FAILED, f"{len(members)} nodes {word}({','.join(members)})")
+        self._event(pod, WARNING, FILTERING_FAILED, f"no available node, {total} nodes do not meet")
+
+    # ------------------------------------------------------------------------------------ bind
+    def bind(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        """``POST /bind``: ``ExtenderBindingArgs`` → ``ExtenderBindingResult``."""
+        low = lower_keys(args, "ExtenderBindingArgs")
+        name, namespace, uid, node = (low.get(k) for k in ("podname", "podnamespace", "poduid", "node"))
+        for field_name, value in (("PodName", name), ("Node", node)):
+            if not isinstance(value, str) or not value:
+                raise BadRequest(f"ExtenderBindingArgs.{field_name} must be a non-empty string")
+        namespace = namespace if isinstance(namespace, str) and namespace else "default"
+        uid = uid if isinstance(uid, str) else ""
+        stub = {"metadata": {"name": name, "namespace": namespace, "uid": uid}}
+        try:
+            pod = self.cluster.get_pod(namespace, name)
+        except Exception as exc:
+            with self.lock:
+                self.engine.unreserve(stub)
+            log.warning("bind %s/%s: %s", namespace, name, exc)
+            return {"Error": str(exc)}
+        try:
+            self.cluster.get_node(node)
+        except Exception as exc:
+            with self.lock:
+                self.engine.unreserve(pod)
+            self._event(pod, WARNING, BINDING_FAILED, f"failed to get node {node}")
+            return {"Error": str(exc)}
+
+        held: list[LockSpec] = []
+        try:
+            with self.lock:
+                specs = self._lock_specs(pod)
+            for spec in specs:
+                try:
+                    self.locker.acquire(node, pod, spec)
+                except Exception:
+                    for done in reversed(held):
+                        self._release_quietly(node, pod, done)
+                    held.clear()
+                    raise
+                if spec not in held:
+                    held.append(spec)
+            patch = {"metadata": {"annotations": {keys.BIND_PHASE: keys.BIND_PHASE_ALLOCATING,
+                                                  keys.BIND_TIME: encode_unix_seconds(self.clock())}}}
+            bound = self.cluster.patch_pod(namespace, name, patch)
+            self.cluster.bind(namespace, name, uid or str(metadata(pod).get("uid") or ""), node)
+        except Exception as exc:
+            for spec in held:
+                self._release_quietly(node, pod, spec)
+            text = str(exc) or type(exc).__name__
+            log.warning("bind %s/%s to %s failed: %s", namespace, name, node, text)
+            self._event(pod, WARNING, BINDING_FAILED, text)
+            return {"Error": text}
+        try:
+            self.engine.hook.hami_pod_bound(pod=bound, node=node)
+        except Exception:
+            log.exception("hami_pod_bound failed for %s/%s (the pod is bound)", namespace, name)
+        self._event(pod, NORMAL, BINDING_SUCCEED, f"Successfully binding node [{node}] to {namespace}/{name}")
+        return {"Error": ""}
+
+    def _lock_specs(self, pod: Mapping[str, Any]) -> list[LockSpec]:
+        """Every backend's lock for this pod, sorted by backend name."""
+        requests = self.engine.requests(pod)
+        specs: list[LockSpec] = []
+        for name in sorted(self.engine.backends):
+            spec = self.engine.hook.hami_node_lock(backend=self.engine.backends[name], pod=pod, requests=requests)
+            if spec is not None:
+                specs.append(spec)
+        return specs
+
+    def _release_quietly(self, node: str, pod: Mapping[str, Any], spec: LockSpec) -> None:
+        try:
+            self.locker.release(node, pod, spec)
+        except Exception as exc:
+            log.warning("node %s: cannot release %s: %s", node, spec.annotation, exc)
+
+    def _event(self, pod: Mapping[str, Any], event_type: str, reason: str, message: str) -> None:
+        try:
+            self.cluster.event(pod, event_type, reason, message)
+        except Exception as exc:  # events are best effort
+            log.debug("event %s for %s not recorded: %s", reason, pod_ref(pod), exc)

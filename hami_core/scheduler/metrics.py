@@ -1,0 +1,90 @@
+"""Prometheus metrics of the scheduler (spec §10.3), read live from the engine's inventory and ledger.
+
+Gauges carry HAMi's labels plus the constant label ``zone="vGPU"``; ``hami_build_info`` has no zone.
+Served on their own port (``--metrics-bind``, default ``:9395``) at ``GET /metrics``.
+"""
+
+from __future__ import annotations
+
+import platform
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from hami_core import __version__
+from hami_core.engine.facade import Engine
+
+__all__ = ["EngineCollector", "serve_metrics"]
+
+MIB = 1024 * 1024
+ZONE = ("zone", "vGPU")
+DEVICE = ["node", "device_uuid", "device_index", "device_type"]
+
+
+def _gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, labels=[*labels, ZONE[0]])
+
+
+class EngineCollector(Collector):
+    """Collects device capacity/usage per node and per-pod allocations from an :class:`Engine`."""
+
+    def __init__(self, engine: Engine, engine_lock: threading.RLock | None = None) -> None:
+        self.engine = engine
+        self.lock = engine_lock if engine_lock is not None else threading.RLock()
+
+    def collect(self) -> Iterator[Any]:
+        mem_limit = _gauge("hami_gpu_memory_limit_bytes", "Device memory limit in bytes", DEVICE)
+        core_limit = _gauge("hami_gpu_core_limit_ratio", "Device core limit (100 = one card)", DEVICE)
+        mem_alloc = _gauge("hami_gpu_memory_allocated_bytes", "Device memory allocated in bytes",
+                           ["node", "device_uuid", "device_index", "device_cores", "device_type"])
+        shared = _gauge("hami_gpu_shared_count", "Tasks sharing the device", DEVICE)
+        core_alloc = _gauge("hami_gpu_core_allocated_ratio", "Device cores allocated", DEVICE)
+        overview = _gauge("hami_node_gpu_overview", "Device memory allocated in bytes (overview)",
+                          ["node", "device_uuid", "device_index", "device_cores", "device_memory_limit",
+                           "device_type"])
+        mem_ratio = _gauge("hami_node_gpu_memory_allocated_ratio", "Device memory allocated / limit", DEVICE)
+        pod_mem = _gauge("hami_vgpu_memory_allocated_bytes", "Memory allocated to a pod on a device in bytes",
+                         ["namespace", "node", "pod", "container_index", "device_uuid"])
+        pod_core = _gauge("hami_vgpu_core_allocated_ratio", "Cores allocated to a pod on a device",
+                          ["namespace", "node", "pod", "container_index", "device_uuid"])
+        with self.lock:
+            for name in sorted(self.engine.nodes):
+                state = self.engine.nodes[name]
+                for backend in sorted(state.devices):
+                    for d in state.devices[backend]:
+                        base = [name, d.id, str(d.index), d.type, ZONE[1]]
+                        mem_limit.add_metric(base, d.totalmem * MIB)
+                        core_limit.add_metric(base, d.totalcore)
+                        mem_alloc.add_metric([name, d.id, str(d.index), str(d.usedcores), d.type, ZONE[1]],
+                                             d.usedmem * MIB)
+                        shared.add_metric(base, d.used)
+                        core_alloc.add_metric(base, d.usedcores)
+                        overview.add_metric([name, d.id, str(d.index), str(d.usedcores), str(d.totalmem), d.type,
+                                             ZONE[1]], d.usedmem * MIB)
+                        if d.totalmem > 0:
+                            mem_ratio.add_metric(base, d.usedmem / d.totalmem)
+            for booking in self.engine.ledger.bookings.values():
+                namespace, _, pod = booking.pod.partition("/")
+                for devices in booking.devices.values():
+                    for d in devices:
+                        labels = [namespace, booking.node, pod, "0", d.uuid, ZONE[1]]
+                        pod_mem.add_metric(labels, d.usedmem * MIB)
+                        pod_core.add_metric(labels, d.usedcores)
+        yield from (mem_limit, core_limit, mem_alloc, shared, core_alloc, overview, mem_ratio, pod_mem, pod_core)
+        info = GaugeMetricFamily("hami_build_info", "Build information",
+                                 labels=["version", "revision", "build_date", "go_version", "compiler", "platform"])
+        info.add_metric([__version__, "", "", platform.python_version(), platform.python_implementation(),
+                         f"{platform.system().lower()}/{platform.machine()}"], 1)
+        yield info
+
+
+def serve_metrics(engine: Engine, host: str, port: int,
+                  engine_lock: threading.RLock | None = None) -> tuple[Any, threading.Thread]:
+    """Serve ``/metrics`` for ``engine`` on ``host:port`` (port 0 = any); returns (server, thread)."""
+    registry = CollectorRegistry()
+    registry.register(EngineCollector(engine, engine_lock))
+    return start_http_server(port, addr=host, registry=registry)

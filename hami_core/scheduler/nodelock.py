@@ -1,0 +1,223 @@
+"""HAMi's node lock protocol (spec §8.2, §8.3) on the :class:`~hami_core.cluster.base.Cluster` interface.
+
+A lock is a Node annotation (``hami.io/mutex.lock`` for most vendors) whose value is
+``<RFC3339>,<namespace>,<pod>`` (owned) or only ``<RFC3339>`` (Cambricon's owner-less lock). It is set with
+a JSON merge patch carrying ``metadata.resourceVersion``, so two schedulers racing for it cannot both win.
+
+* acquire: no lock → set; expired → force-release, then set; held by the same pod → done; held by a pod
+  that is gone or finished → break it, then set; otherwise :class:`LockContention`.
+* set/release retry 5 times with exponential backoff (100 ms, doubling, jitter 0.5) on anything but contention.
+  A write whose response was lost is detected by re-reading the node: the lock is ours if it carries our
+  owner (or, owner-less, exactly the value we wrote).
+* PodGroup members retry contention every 100 ms until ``retry_timeout_s`` (default 28 s).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from hami_core.cluster.base import Cluster, NotFoundError
+from hami_core.engine.pods import annotations, metadata
+from hami_core.plugins.errors import HamiError, TemporaryError, WireFormatError
+from hami_core.plugins.types import LockSpec
+from hami_core.wire import keys
+from hami_core.wire.lock import decode_node_lock, encode_lock_time, encode_node_lock
+
+__all__ = ["LockContention", "NodeLocker", "go_duration", "is_pod_group_member"]
+
+log = logging.getLogger("hami.scheduler.nodelock")
+
+DEFAULT_TIMEOUT_S = 300.0
+DEFAULT_RETRY_TIMEOUT_S = 28.0
+ATTEMPTS = 5
+BACKOFF_S = 0.1
+CONTENTION_POLL_S = 0.1
+
+
+class LockContention(TemporaryError):
+    """Another pod holds the node lock (HAMi's ``ErrNodeLockContention``)."""
+
+
+def go_duration(seconds: float) -> str:
+    """A duration as Go's ``time.Duration.String`` prints whole seconds: ``5m0s``, ``28s``, ``1h0m0s``."""
+    total = round(seconds)
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes}m{secs}s"
+    if minutes:
+        return f"{minutes}m{secs}s"
+    return f"{secs}s"
+
+
+def is_pod_group_member(pod: Mapping[str, Any]) -> bool:
+    """True for a PodGroup member: label ``scheduling.x-k8s.io/pod-group`` or ``spec.schedulingGroup``."""
+    labels = metadata(pod).get("labels") or {}
+    if labels.get(keys.POD_GROUP_LABEL):
+        return True
+    group = (pod.get("spec") or {}).get("schedulingGroup") or {}
+    return bool(isinstance(group, Mapping) and group.get("podGroupName"))
+
+
+class NodeLocker:
+    """Acquires and releases node locks for pods.
+
+    :param cluster: where the Nodes live.
+    :param timeout_s: a lock older than this is expired (``--node-lock-timeout``); ``LockSpec.expiry_s``
+        overrides it per backend.
+    :param retry_timeout_s: how long PodGroup members wait out contention (``--node-lock-retry-timeout``);
+        0 disables waiting.
+    :param clock: Unix seconds (tests inject a fake); ``sleep`` likewise.
+    """
+
+    def __init__(self, cluster: Cluster, *, timeout_s: float = DEFAULT_TIMEOUT_S,
+                 retry_timeout_s: float = DEFAULT_RETRY_TIMEOUT_S, clock: Callable[[], float] = time.time,
+                 sleep: Callable[[float], None] = time.sleep, attempts: int = ATTEMPTS,
+                 backoff_s: float = BACKOFF_S) -> None:
+        self.cluster = cluster
+        self.timeout_s = timeout_s
+        self.retry_timeout_s = retry_timeout_s
+        self.clock = clock
+        self.sleep = sleep
+        self.attempts = attempts
+        self.backoff_s = backoff_s
+        self._mutexes: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
+
+    # ------------------------------------------------------------------------------------ public
+    def acquire(self, node: str, pod: Mapping[str, Any], spec: LockSpec) -> None:
+        """Take ``spec``'s lock on ``node`` for ``pod``; raises :class:`LockContention` or another error."""
+        if not is_pod_group_member(pod) or self.retry_timeout_s <= 0:
+            self._acquire_once(node, pod, spec)
+            return
+        deadline = self.clock() + self.retry_timeout_s
+        while True:
+            try:
+                self._acquire_once(node, pod, spec)
+                return
+            except LockContention:
+                if self.clock() >= deadline:
+                    raise LockContention(f"timed out after {go_duration(self.retry_timeout_s)} waiting for node "
+                                         f"{node} to be unlocked: node lock contention") from None
+                self.sleep(CONTENTION_POLL_S)
+
+    def release(self, node: str, pod: Mapping[str, Any], spec: LockSpec, *, force: bool = False) -> None:
+        """Remove the lock if ``pod`` holds it (or anyone, with ``force``; owner-less locks always)."""
+        namespace, name = _owner(pod)
+        obj = self.cluster.get_node(node)
+        value = annotations(obj).get(spec.annotation)
+        if not value:
+            return
+        if not force and "," in value and not value.endswith(f",{namespace},{name}"):
+            log.debug("node %s: lock %s is %r, not ours (%s/%s); left alone", node, spec.annotation, value,
+                      namespace, name)
+            return
+        with self._mutex(node):
+            self._retry(f"release lock on node {node}", lambda: self._release_step(node, spec, value))
+
+    # ------------------------------------------------------------------------------------ steps
+    def _timeout(self, spec: LockSpec) -> float:
+        return spec.expiry_s if spec.expiry_s is not None else self.timeout_s
+
+    def _contention(self, node: str, spec: LockSpec) -> LockContention:
+        return LockContention(f"node {node} has been locked within {go_duration(self._timeout(spec))}: "
+                              "node lock contention")
+
+    def _acquire_once(self, node: str, pod: Mapping[str, Any], spec: LockSpec) -> None:
+        namespace, name = _owner(pod)
+        obj = self.cluster.get_node(node)
+        value = annotations(obj).get(spec.annotation)
+        if not value:
+            self._set(node, pod, spec)
+            return
+        try:
+            lock = decode_node_lock(value, key=spec.annotation)
+        except WireFormatError as exc:
+            raise HamiError(f"node {node}: {exc}") from None
+        if self.clock() - lock.time.timestamp() > self._timeout(spec):
+            log.info("node %s: lock %r expired; breaking it", node, value)
+            self.release(node, pod, spec, force=True)
+            self._set(node, pod, spec)
+            return
+        if spec.owned and lock.owned_by(namespace, name):
+            return
+        if not lock.legacy and self._owner_gone(lock.namespace or "", lock.name or ""):
+            log.info("node %s: lock %r belongs to a pod that is gone or finished; breaking it", node, value)
+            self.release(node, pod, spec, force=True)
+            self._set(node, pod, spec)
+            return
+        raise self._contention(node, spec)
+
+    def _owner_gone(self, namespace: str, name: str) -> bool:
+        try:
+            owner = self.cluster.get_pod(namespace, name)
+        except NotFoundError:
+            return True
+        return (owner.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+    def _set(self, node: str, pod: Mapping[str, Any], spec: LockSpec) -> None:
+        namespace, name = _owner(pod)
+        with self._mutex(node):
+            if annotations(self.cluster.get_node(node)).get(spec.annotation):
+                raise self._contention(node, spec)
+            now = datetime.fromtimestamp(self.clock(), tz=UTC).astimezone()
+            wanted = encode_node_lock(now, namespace, name) if spec.owned else encode_lock_time(now)
+
+            def step() -> None:
+                obj = self.cluster.get_node(node)
+                current = annotations(obj).get(spec.annotation)
+                if current:
+                    mine = current.endswith(f",{namespace},{name}") if spec.owned else current == wanted
+                    if mine:
+                        return
+                    raise self._contention(node, spec)
+                self.cluster.patch_node(node, {"metadata": {
+                    "annotations": {spec.annotation: wanted},
+                    "resourceVersion": metadata(obj).get("resourceVersion")}})
+
+            self._retry(f"lock node {node}", step)
+            log.debug("node %s: %s=%s", node, spec.annotation, wanted)
+
+    def _release_step(self, node: str, spec: LockSpec, seen: str) -> None:
+        obj = self.cluster.get_node(node)
+        if annotations(obj).get(spec.annotation) != seen:
+            return  # vanished or changed: nothing of ours to remove
+        self.cluster.patch_node(node, {"metadata": {
+            "annotations": {spec.annotation: None}, "resourceVersion": metadata(obj).get("resourceVersion")}})
+
+    def _retry(self, what: str, step: Callable[[], None]) -> None:
+        delay = self.backoff_s
+        for attempt in range(1, self.attempts + 1):
+            try:
+                step()
+                return
+            except LockContention:
+                raise
+            except Exception as exc:
+                if attempt == self.attempts:
+                    if isinstance(exc, HamiError):
+                        raise
+                    raise HamiError(f"{what}: {exc}") from exc
+                log.debug("%s: attempt %d failed (%s); retrying", what, attempt, exc)
+                self.sleep(delay * (1 + random.uniform(0, 0.5)))
+                delay *= 2
+
+    def _mutex(self, node: str) -> threading.Lock:
+        with self._guard:
+            return self._mutexes.setdefault(node, threading.Lock())
+
+    def forget(self, node: str) -> None:
+        """Drop the per-node mutex of a deleted node."""
+        with self._guard:
+            self._mutexes.pop(node, None)
+
+
+def _owner(pod: Mapping[str, Any]) -> tuple[str, str]:
+    meta = metadata(pod)
+    return str(meta.get("namespace") or "default"), str(meta.get("name") or "")

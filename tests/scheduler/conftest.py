@@ -1,0 +1,32 @@
+"""Fixtures: a MemoryCluster with NVIDIA nodes and the real scheduler service on 127.0.0.1 (ephemeral ports)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from sched_helpers import make_engine, nvidia_node
+
+from hami_core.cluster.memory import MemoryCluster
+from hami_core.scheduler.app import Options, Scheduler
+
+
+@pytest.fixture
+def cluster() -> MemoryCluster:
+    return MemoryCluster(nodes=[nvidia_node("node-a"), nvidia_node("node-b")])
+
+
+@pytest.fixture
+def service(cluster: MemoryCluster) -> Iterator[Scheduler]:
+    svc = Scheduler(make_engine(), cluster, Options(host="127.0.0.1", port=0, metrics_host="127.0.0.1",
+                                                     metrics_port=0, sync_wait_s=2.0))
+    svc.start()
+    try:
+        yield svc
+    finally:
+        svc.stop()
