@@ -1,0 +1,413 @@
+"""The :class:`~hami_core.cluster.base.Cluster` interface over a real API server, with the official ``kubernetes``
+client.
+
+Objects in and out are plain Kubernetes JSON dicts: every call is made with ``_preload_content=False`` and the
+body is decoded with :func:`json.loads`, so nothing is lost or renamed by the client's models (and the client's
+known failure to deserialize the ``pods/binding`` response does not arise). Patches are sent as
+``application/merge-patch+json`` (the client would otherwise pick strategic merge for a dict body); a patch that
+carries ``metadata.resourceVersion`` is a compare-and-swap. HTTP 404 becomes :class:`NotFoundError`, 409
+:class:`ConflictError`, any other API error a one-line :class:`HamiError`, and a transport failure (connection
+refused or reset, response lost) a :class:`TemporaryError`: a write may then have been applied, so re-read before
+retrying. Every request first takes a token from a client-side ``qps``/``burst`` token bucket.
+
+:meth:`KubeCluster.watch` runs one daemon thread per resource (Nodes, Pods), each a small reflector: LIST, deliver
+``ADDED`` for everything listed, WATCH from the list's resourceVersion and deliver events as they come. A clean
+end of the stream re-watches from the last version seen; a broken stream, any watch error, or ``410 Gone`` /
+"too old resource version" relists with backoff, delivering ``DELETED`` for objects that disappeared, ``ADDED``
+for new ones and ``MODIFIED`` for changed ones, so the handler's view converges on the server's. Every
+``resync_s`` seconds the reflector relists and delivers ``MODIFIED`` for every object (the informer resync).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from hami_core.cluster.base import ConflictError, NotFoundError, WatchHandler
+from hami_core.plugins.errors import HamiError, TemporaryError
+
+log = logging.getLogger("hami.cluster.kube")
+
+MERGE_PATCH = "application/merge-patch+json"
+
+
+class TokenBucket:
+    """Client-side rate limiter: ``qps`` tokens a second, at most ``burst`` saved up (client-go's default)."""
+
+    def __init__(self, qps: float, burst: int, *, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.qps = float(qps)
+        self.burst = max(1, int(burst))
+        self._clock, self._sleep = clock, sleep
+        self._tokens = float(self.burst)
+        self._last = clock()
+        self._lock = threading.Lock()
+
+    def acquire(self) -> float:
+        """Take one token, sleeping until one is available; returns the seconds waited. ``qps <= 0``: no limit."""
+        if self.qps <= 0:
+            return 0.0
+        with self._lock:
+            now = self._clock()
+            self._tokens = min(self.burst, self._tokens + (now - self._last) * self.qps)
+            self._last = now
+            self._tokens -= 1.0  # reserve now; a negative balance is the queue ahead of us
+            wait = -self._tokens / self.qps if self._tokens < 0 else 0.0
+        if wait > 0:
+            self._sleep(wait)
+        return wait
+
+
+def _error_message(exc: Any) -> str:
+    """The API's ``Status.message`` if the body is one, else the HTTP reason; one line."""
+    body = getattr(exc, "body", None)
+    message = ""
+    if body:
+        try:
+            message = json.loads(body).get("message", "")
+        except (ValueError, AttributeError):
+            message = str(body)
+    message = message or getattr(exc, "reason", "") or str(exc)
+    return " ".join(str(message).split())
+
+
+def translate_api_error(exc: Exception, what: str) -> HamiError:
+    """Map a client exception to the project's errors (404, 409, other HTTP status, transport failure)."""
+    from kubernetes.client.exceptions import ApiException
+
+    if isinstance(exc, ApiException):
+        code, message = exc.status, _error_message(exc)
+        if code == 404:
+            return NotFoundError(message)
+        if code == 409:
+            return ConflictError(message)
+        if code in (429, 500, 503, 504) or not code:
+            return TemporaryError(f"{what}: HTTP {code}: {message}", delay=1.0)
+        return HamiError(f"{what}: HTTP {code}: {message}")
+    text = " ".join(str(exc).split())
+    return TemporaryError(f"{what}: request failed ({type(exc).__name__}: {text}); "
+                          "a write may have been applied, re-read before retrying", delay=0.5)
+
+
+def _abort_response(resp: Any) -> None:
+    """Shut the socket under a streaming urllib3 response, so a thread blocked reading it wakes up."""
+    socks = [getattr(getattr(resp, "_connection", None), "sock", None)]
+    with contextlib.suppress(Exception):
+        socks.append(resp._fp.fp.raw._sock)
+    for sock in socks:
+        if sock is not None:
+            with contextlib.suppress(Exception):
+                sock.shutdown(socket.SHUT_RDWR)
+    with contextlib.suppress(Exception):
+        resp.shutdown()
+
+
+class KubeCluster:
+    """A :class:`~hami_core.cluster.base.Cluster` backed by the Kubernetes API (official client).
+
+    :param kubeconfig: kubeconfig file (``None``: ``$KUBECONFIG`` or ``~/.kube/config``); ignored with
+        ``in_cluster`` or ``api_client``.
+    :param in_cluster: use the pod's service account (``KUBERNETES_SERVICE_HOST``, mounted token and CA).
+    :param qps: client-side request rate (tokens per second; ``<= 0`` disables the limiter).
+    :param burst: requests that may go at once before ``qps`` applies.
+    :param api_client: a ready ``kubernetes.client.ApiClient`` (tests; shared clients).
+    :param component: ``source.component`` of the Events recorded (the scheduler name).
+    :param resync_s: periodic relist of the watches.
+    :param request_timeout_s: timeout of ordinary (non-watch) requests.
+    :param watch_timeout_s: ``timeoutSeconds`` asked of each watch request (the stream then ends and restarts).
+    :param sync_timeout_s: how long :meth:`watch` waits for the initial lists before returning anyway.
+    """
+
+    def __init__(self, *, kubeconfig: str | None = None, in_cluster: bool = False, qps: float = 5.0,
+                 burst: int = 10, api_client: Any = None, component: str = "hami-scheduler",
+                 resync_s: float = 3600.0, request_timeout_s: float = 30.0, watch_timeout_s: int = 300,
+                 sync_timeout_s: float = 60.0, backoff_initial_s: float = 0.2, backoff_max_s: float = 30.0) -> None:
+        from kubernetes import client, config
+
+        if api_client is None:
+            configuration = client.Configuration()
+            try:
+                if in_cluster:
+                    config.load_incluster_config(client_configuration=configuration)
+                else:
+                    config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+            except Exception as exc:
+                where = "in-cluster service account" if in_cluster else f"kubeconfig {kubeconfig or '(default)'}"
+                raise HamiError(f"cannot load Kubernetes credentials from {where}: "
+                                f"{' '.join(str(exc).split())}") from None
+            api_client = client.ApiClient(configuration)
+        self.api_client = api_client
+        self.core = client.CoreV1Api(api_client)
+        self.component = component
+        self.limiter = TokenBucket(qps, burst)
+        self.resync_s = resync_s
+        self.request_timeout_s = request_timeout_s
+        self.watch_timeout_s = int(watch_timeout_s)
+        self.sync_timeout_s = sync_timeout_s
+        self.backoff_initial_s = backoff_initial_s
+        self.backoff_max_s = backoff_max_s
+        self._stop = threading.Event()
+        self._reflectors: list[_Reflector] = []
+
+    # ------------------------------------------------------------------------------------ plumbing
+    def _call(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Rate-limit, call ``fn(..., _preload_content=False)``, decode the JSON body, translate errors."""
+        self.limiter.acquire()
+        kwargs.setdefault("_request_timeout", self.request_timeout_s)
+        try:
+            resp = fn(*args, _preload_content=False, **kwargs)
+            data = resp.data
+        except Exception as exc:
+            raise translate_api_error(exc, what) from None
+        try:
+            return json.loads(data) if data else {}
+        except ValueError:
+            raise HamiError(f"{what}: the API server answered with a body that is not JSON") from None
+
+    @staticmethod
+    def _typed(obj: dict[str, Any], kind: str) -> dict[str, Any]:
+        """List items come without ``kind``/``apiVersion``; give them back (as MemoryCluster objects have)."""
+        obj.setdefault("kind", kind)
+        obj.setdefault("apiVersion", "v1")
+        return obj
+
+    # ------------------------------------------------------------------------------------ Cluster
+    def get_node(self, name: str) -> dict[str, Any]:
+        """The Node; raises :class:`NotFoundError`."""
+        return self._typed(self._call(f"get node {name}", self.core.read_node, name), "Node")
+
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
+        """The Pod; raises :class:`NotFoundError`."""
+        return self._typed(self._call(f"get pod {namespace}/{name}", self.core.read_namespaced_pod, name,
+                                      namespace), "Pod")
+
+    def _list(self, kind: str) -> tuple[list[dict[str, Any]], str]:
+        fn = self.core.list_node if kind == "Node" else self.core.list_pod_for_all_namespaces
+        body = self._call(f"list {kind.lower()}s", fn)
+        items = [self._typed(item, kind) for item in body.get("items") or []]
+        return items, str((body.get("metadata") or {}).get("resourceVersion") or "")
+
+    def list_nodes(self) -> list[dict[str, Any]]:
+        """All Nodes."""
+        return self._list("Node")[0]
+
+    def list_pods(self) -> list[dict[str, Any]]:
+        """All Pods in all namespaces."""
+        return self._list("Pod")[0]
+
+    def patch_node(self, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
+        """Merge-patch a Node; with ``metadata.resourceVersion`` in the patch, a CAS (:class:`ConflictError`)."""
+        return self._typed(self._call(f"patch node {name}", self.core.patch_node, name, dict(patch),
+                                      _content_type=MERGE_PATCH), "Node")
+
+    def patch_pod(self, namespace: str, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
+        """Merge-patch a Pod (annotations, labels); raises :class:`NotFoundError`."""
+        return self._typed(self._call(f"patch pod {namespace}/{name}", self.core.patch_namespaced_pod, name,
+                                      namespace, dict(patch), _content_type=MERGE_PATCH), "Pod")
+
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        """Create the ``pods/binding`` subresource (the pod gets ``spec.nodeName``)."""
+        metadata: dict[str, Any] = {"name": name, "namespace": namespace}
+        if uid:
+            metadata["uid"] = uid
+        body = {"apiVersion": "v1", "kind": "Binding", "metadata": metadata,
+                "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
+        self._call(f"bind pod {namespace}/{name} to node {node}", self.core.create_namespaced_pod_binding,
+                   name, namespace, body)
+
+    def event(self, obj: Mapping[str, Any], event_type: str, reason: str, message: str) -> None:
+        """Record a core/v1 Event about ``obj`` (``Normal`` or ``Warning``); never raises (failures are logged)."""
+        try:
+            meta = obj.get("metadata") or {}
+            namespace = meta.get("namespace") or "default"
+            now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            involved = {"kind": obj.get("kind") or "Pod", "apiVersion": obj.get("apiVersion") or "v1",
+                        "name": meta.get("name"), "namespace": meta.get("namespace"), "uid": meta.get("uid"),
+                        "resourceVersion": meta.get("resourceVersion")}
+            body = {"apiVersion": "v1", "kind": "Event",
+                    "metadata": {"generateName": f"{meta.get('name') or 'object'}.", "namespace": namespace},
+                    "involvedObject": {k: v for k, v in involved.items() if v},
+                    "reason": reason, "message": message, "type": event_type,
+                    "source": {"component": self.component},
+                    "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+                    "reportingComponent": self.component}
+            self._call(f"create event {reason} in {namespace}", self.core.create_namespaced_event, namespace, body)
+        except Exception as exc:
+            log.warning("could not record event %s %s: %s", event_type, reason, exc)
+
+    def watch(self, on_node: WatchHandler, on_pod: WatchHandler) -> None:
+        """Start the Node and Pod reflector threads; return once both initial lists were delivered (``ADDED``)
+        or ``sync_timeout_s`` passed (then they keep trying in the background; see :meth:`has_synced`)."""
+        self._stop.clear()
+        reflectors = [_Reflector(self, "Node", on_node), _Reflector(self, "Pod", on_pod)]
+        self._reflectors.extend(reflectors)
+        for r in reflectors:
+            r.start()
+        deadline = time.monotonic() + self.sync_timeout_s
+        for r in reflectors:
+            if not r.synced.wait(max(0.0, deadline - time.monotonic())):
+                log.warning("%s watch has not completed its initial list after %.0f s; continuing in the "
+                            "background", r.kind, self.sync_timeout_s)
+
+    def has_synced(self) -> bool:
+        """Whether every started watch has delivered its initial list."""
+        return all(r.synced.is_set() for r in self._reflectors)
+
+    def close(self) -> None:
+        """Stop the watch threads (waits up to a few seconds for them) and release connections."""
+        self._stop.set()
+        for r in self._reflectors:
+            r.interrupt()
+        for r in self._reflectors:
+            r.join(timeout=5.0)
+        self._reflectors.clear()
+
+
+class _Reflector(threading.Thread):
+    """LIST then WATCH one resource, keeping a handler's view in step with the server's."""
+
+    def __init__(self, cluster: KubeCluster, kind: str, handler: WatchHandler) -> None:
+        super().__init__(name=f"hami-watch-{kind.lower()}s", daemon=True)
+        self.cluster, self.kind, self.handler = cluster, kind, handler
+        self.synced = threading.Event()
+        self.known: dict[tuple[str, str], dict[str, Any]] = {}
+        self.lists = 0  # how many LISTs were made (tests, metrics)
+        self._resp: Any = None
+        self._resp_lock = threading.Lock()
+
+    @staticmethod
+    def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
+        meta = obj.get("metadata") or {}
+        return meta.get("namespace") or "", meta.get("name") or ""
+
+    def _deliver(self, event: str, obj: dict[str, Any]) -> None:
+        try:
+            self.handler(event, obj)
+        except Exception:
+            log.exception("%s watch handler failed on %s %s", self.kind, event, self._key(obj))
+
+    def interrupt(self) -> None:
+        """Unblock a thread waiting on the watch stream (called by :meth:`KubeCluster.close`)."""
+        with self._resp_lock:
+            resp = self._resp
+        if resp is not None:
+            _abort_response(resp)
+
+    def _relist(self, resync: bool) -> str:
+        items, rv = self.cluster._list(self.kind)
+        self.lists += 1
+        fresh = {self._key(o): o for o in items}
+        for key in [k for k in self.known if k not in fresh]:
+            self._deliver("DELETED", self.known.pop(key))
+        for key, obj in fresh.items():
+            old = self.known.get(key)
+            self.known[key] = obj
+            if old is None:
+                self._deliver("ADDED", copy.deepcopy(obj))
+            elif resync or (old.get("metadata") or {}).get("resourceVersion") != obj["metadata"].get(
+                    "resourceVersion"):
+                self._deliver("MODIFIED", copy.deepcopy(obj))
+        self.synced.set()
+        return rv
+
+    def run(self) -> None:
+        stop = self.cluster._stop
+        backoff = self.cluster.backoff_initial_s
+        resync = False
+        while not stop.is_set():
+            try:
+                rv = self._relist(resync)
+                backoff = self.cluster.backoff_initial_s
+                resync_at = time.monotonic() + self.cluster.resync_s
+                while not stop.is_set():
+                    left = resync_at - time.monotonic()
+                    if left <= 0:
+                        break
+                    rv, ok = self._watch_once(rv, max(1, min(self.cluster.watch_timeout_s, int(left) + 1)))
+                    if not ok:
+                        break
+                resync = not stop.is_set() and time.monotonic() >= resync_at
+                if not resync and not stop.is_set():
+                    stop.wait(backoff)
+                    backoff = min(self.cluster.backoff_max_s, backoff * 2)
+            except Exception as exc:
+                if stop.is_set():
+                    break
+                log.warning("%s watch: %s; relisting in %.1f s", self.kind, exc, backoff)
+                stop.wait(backoff)
+                backoff = min(self.cluster.backoff_max_s, backoff * 2)
+                resync = False
+
+    def _watch_once(self, rv: str, timeout_s: int) -> tuple[str, bool]:
+        """One WATCH request from ``rv``. Returns the last version seen and whether to go on watching (a clean
+        end of stream) rather than relist (410 Gone, an ERROR event)."""
+        from kubernetes.client.exceptions import ApiException
+
+        cluster = self.cluster
+        fn = cluster.core.list_node if self.kind == "Node" else cluster.core.list_pod_for_all_namespaces
+        cluster.limiter.acquire()
+        try:
+            resp = fn(watch=True, resource_version=rv, timeout_seconds=timeout_s, allow_watch_bookmarks=True,
+                      _preload_content=False, _request_timeout=(cluster.request_timeout_s, timeout_s + 30))
+        except ApiException as exc:
+            if exc.status == 410:
+                log.info("%s watch from resourceVersion %s: 410 Gone; relisting", self.kind, rv)
+                return rv, False
+            raise translate_api_error(exc, f"watch {self.kind.lower()}s") from None
+        with self._resp_lock:
+            self._resp = resp
+        if cluster._stop.is_set():  # close() may have run before the response was published
+            _abort_response(resp)
+        try:
+            buffer = b""
+            for chunk in resp.stream(64 * 1024, decode_content=True):
+                if cluster._stop.is_set():
+                    return rv, False
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    if line.strip():
+                        rv, ok = self._handle_line(line, rv)
+                        if not ok:
+                            return rv, False
+            if buffer.strip():
+                rv, ok = self._handle_line(buffer, rv)
+                return rv, ok
+            return rv, True
+        finally:
+            with self._resp_lock:
+                self._resp = None
+            with contextlib.suppress(Exception):
+                resp.release_conn()
+
+    def _handle_line(self, line: bytes, rv: str) -> tuple[str, bool]:
+        event = json.loads(line)
+        typ, obj = event.get("type"), event.get("object") or {}
+        if typ == "ERROR":
+            code = obj.get("code")
+            log.info("%s watch ERROR event (%s %s): %s; relisting", self.kind, code, obj.get("reason"),
+                     obj.get("message"))
+            return rv, False
+        new_rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
+        if typ == "BOOKMARK":
+            return new_rv, True
+        if typ not in ("ADDED", "MODIFIED", "DELETED"):
+            log.warning("%s watch: unknown event type %r ignored", self.kind, typ)
+            return rv, True
+        obj = KubeCluster._typed(obj, self.kind)
+        key = self._key(obj)
+        if typ == "DELETED":
+            self.known.pop(key, None)
+        else:
+            typ = "MODIFIED" if key in self.known else "ADDED"
+            self.known[key] = obj
+        self._deliver(typ, copy.deepcopy(obj) if typ != "DELETED" else obj)
+        return new_rv, True

@@ -1,0 +1,488 @@
+"""A faithful in-test stand-in for the subset of the Kubernetes API server that HAMi's scheduler uses.
+
+This is **not** a Kubernetes API server. It is a small threaded HTTP server on ``127.0.0.1`` (ephemeral port)
+that speaks the same wire protocol as the real one for the resources and verbs ``KubeCluster`` and
+``LeaderElector`` use, so that those classes can be driven through the official ``kubernetes`` client over real
+HTTP:
+
+* core/v1 Nodes (cluster-scoped), Pods (namespaced, plus the all-namespaces list ``/api/v1/pods``),
+  ``pods/{name}/binding`` (POST), Events (POST/GET/LIST); coordination.k8s.io/v1 Leases.
+* GET, LIST (``metadata.resourceVersion`` on the list; items carry no ``kind``/``apiVersion``, as on the real
+  server), WATCH (``?watch=true&resourceVersion=N``: a chunked, newline-delimited JSON stream of
+  ``{"type": ..., "object": ...}``), POST (409 AlreadyExists), PUT (409 Conflict on a stale
+  ``metadata.resourceVersion``), PATCH (JSON merge patch; strategic merge patch is treated as a merge patch,
+  which is right for the annotation/label patches HAMi sends; a ``metadata.resourceVersion`` in the patch is a
+  precondition → 409), DELETE. Errors are ``kind: Status`` bodies with the real reasons and codes.
+* One global resourceVersion counter and an event log that watches replay from.
+
+Fault injection for tests: :meth:`FakeApiServer.break_watches` aborts every open watch stream mid-flight;
+:meth:`FakeApiServer.compact` forgets the event log so that watches from older versions get ``410 Gone``
+(``gone_as_event`` chooses between an HTTP 410 and an in-stream ``ERROR`` event, both of which real servers
+produce); :meth:`FakeApiServer.drop_next_response` makes the next matching request take effect but closes the
+connection without answering ("lost response").
+
+Not implemented: label/field selectors, pagination (``limit``/``continue``), bookmarks, JSON patch, apply,
+authentication, admission, finalizers and graceful deletion.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import itertools
+import json
+import re
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+#: (plural, group/version, kind, namespaced)
+RESOURCES: dict[str, tuple[str, str, bool]] = {
+    "nodes": ("v1", "Node", False),
+    "pods": ("v1", "Pod", True),
+    "events": ("v1", "Event", True),
+    "leases": ("coordination.k8s.io/v1", "Lease", True),
+}
+
+_PATH = re.compile(
+    r"^/(?:api/v1|apis/coordination\.k8s\.io/v1)"
+    r"(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>[a-z]+)(?:/(?P<name>[^/]+))?(?:/(?P<sub>[a-z]+))?/?$"
+)
+
+
+def merge_patch(target: dict[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+    """RFC 7386 JSON merge patch, in place."""
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, Mapping) and isinstance(target.get(key), dict):
+            merge_patch(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value)
+    return target
+
+
+def status(code: int, reason: str, message: str, *, name: str = "", kind: str = "") -> dict[str, Any]:
+    """A ``kind: Status`` body as the API server sends it."""
+    body: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {},
+                            "status": "Failure" if code >= 400 else "Success",
+                            "message": message, "reason": reason, "code": code}
+    if name or kind:
+        body["details"] = {"name": name, "kind": kind}
+    return body
+
+
+class ApiError(Exception):
+    """Raised inside the server to answer with a Status body."""
+
+    def __init__(self, body: dict[str, Any]) -> None:
+        super().__init__(body["message"])
+        self.body = body
+
+
+class FakeApiServer:
+    """The store, the event log and the HTTP server. Use as a context manager or call :meth:`stop`."""
+
+    def __init__(self, *, gone_as_event: bool = False) -> None:
+        self.cond = threading.Condition()
+        self._rv = itertools.count(1)
+        self.rv = 0
+        #: (plural, namespace, name) -> object
+        self.store: dict[tuple[str, str, str], dict[str, Any]] = {}
+        #: (rv, plural, namespace, type, object)
+        self.log: list[tuple[int, str, str, str, dict[str, Any]]] = []
+        self.compacted_rv = 0
+        self.gone_as_event = gone_as_event
+        self.watch_generation = 0  # bumped: open watches are aborted
+        self.end_generation = 0  # bumped: open watches end cleanly
+        self.expire_generation = 0  # bumped: open watches get an in-stream 410 ERROR event
+        self.fail_watches = 0  # the next N watch requests are answered 410 Gone
+        self._quiet = False
+        self.active_watches = 0
+        self.requests: list[tuple[str, str, str]] = []  # (method, path, content-type)
+        self._drop: list[tuple[str, str]] = []  # (method, path substring)
+        handler = type("Handler", (_Handler,), {"api": self})
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._thread = threading.Thread(target=self.httpd.serve_forever, name="fake-apiserver", daemon=True)
+        self._thread.start()
+
+    def __enter__(self) -> FakeApiServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        with self.cond:
+            self.watch_generation += 1
+            self.cond.notify_all()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    # --------------------------------------------------------------------------- fault injection
+    def break_watches(self) -> None:
+        """Abort every open watch stream (the client sees a truncated chunked response)."""
+        with self.cond:
+            self.watch_generation += 1
+            self.cond.notify_all()
+
+    def end_watches(self) -> None:
+        """End every open watch stream cleanly (as the server's watch timeout does)."""
+        with self.cond:
+            self.end_generation += 1
+            self.cond.notify_all()
+
+    def compact(self) -> None:
+        """Forget the event log: a watch from any version before now is answered with 410 Gone."""
+        with self.cond:
+            self.compacted_rv = self.rv
+            self.log.clear()
+            self.cond.notify_all()
+
+    def fail_next_watches(self, count: int = 1) -> None:
+        """Answer the next ``count`` watch requests with 410 Gone (HTTP or in-stream, see ``gone_as_event``)."""
+        with self.cond:
+            self.fail_watches += count
+
+    @contextlib.contextmanager
+    def missed_events(self) -> Iterator[None]:
+        """Changes made inside are not logged (watchers miss them); afterwards the log is compacted and every
+        open watch gets an in-stream ``410 Expired`` ERROR event, as after an etcd compaction."""
+        with self.cond:
+            self._quiet = True
+        try:
+            yield
+        finally:
+            with self.cond:
+                self._quiet = False
+                self.compacted_rv = self.rv
+                self.log.clear()
+                self.expire_generation += 1
+                self.cond.notify_all()
+
+    def wait_watches(self, count: int, timeout: float = 5.0) -> bool:
+        """Wait until ``count`` watch streams are open."""
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while self.active_watches < count:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self.cond.wait(left)
+            return True
+
+    def drop_next_response(self, method: str, path_contains: str = "") -> None:
+        """Let the next ``method`` request whose path contains ``path_contains`` take effect, then hang up."""
+        with self.cond:
+            self._drop.append((method.upper(), path_contains))
+
+    def _take_drop(self, method: str, path: str) -> bool:
+        with self.cond:
+            for i, (m, sub) in enumerate(self._drop):
+                if m == method and sub in path:
+                    del self._drop[i]
+                    return True
+        return False
+
+    # --------------------------------------------------------------------------- store
+    def _emit(self, plural: str, ns: str, typ: str, obj: dict[str, Any]) -> None:
+        if self._quiet:
+            return
+        self.log.append((self.rv, plural, ns, typ, copy.deepcopy(obj)))
+        self.cond.notify_all()
+
+    def _stamp(self, obj: dict[str, Any]) -> None:
+        self.rv = next(self._rv)
+        obj["metadata"]["resourceVersion"] = str(self.rv)
+
+    def create(self, plural: str, ns: str, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Create an object (409 AlreadyExists if it exists); fills kind, uid, creationTimestamp."""
+        api_version, kind, namespaced = RESOURCES[plural]
+        obj = copy.deepcopy(dict(obj))
+        meta = obj.setdefault("metadata", {})
+        if not meta.get("name") and meta.get("generateName"):
+            meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
+        name = meta.get("name")
+        if not name:
+            raise ApiError(status(422, "Invalid", f"{kind} is invalid: metadata.name: Required value", kind=kind))
+        ns = ns if namespaced else ""
+        if namespaced:
+            meta["namespace"] = ns
+        with self.cond:
+            key = (plural, ns, name)
+            if key in self.store:
+                raise ApiError(status(409, "AlreadyExists", f'{plural} "{name}" already exists',
+                                      name=name, kind=plural))
+            obj["kind"], obj["apiVersion"] = kind, api_version
+            meta.setdefault("uid", str(uuid.uuid4()))
+            meta.setdefault("creationTimestamp", datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
+            self._stamp(obj)
+            self.store[key] = obj
+            self._emit(plural, ns, "ADDED", obj)
+            return copy.deepcopy(obj)
+
+    def get(self, plural: str, ns: str, name: str) -> dict[str, Any]:
+        with self.cond:
+            obj = self.store.get((plural, ns if RESOURCES[plural][2] else "", name))
+            if obj is None:
+                raise ApiError(status(404, "NotFound", f'{plural} "{name}" not found', name=name, kind=plural))
+            return copy.deepcopy(obj)
+
+    def update(self, plural: str, ns: str, name: str, mutate: Any, precondition_rv: str | None) -> dict[str, Any]:
+        """Apply ``mutate(obj)`` under the lock, honouring a resourceVersion precondition (409)."""
+        with self.cond:
+            key = (plural, ns if RESOURCES[plural][2] else "", name)
+            old = self.store.get(key)
+            if old is None:
+                raise ApiError(status(404, "NotFound", f'{plural} "{name}" not found', name=name, kind=plural))
+            if precondition_rv not in (None, "") and precondition_rv != old["metadata"]["resourceVersion"]:
+                raise ApiError(status(409, "Conflict", f'Operation cannot be fulfilled on {plural} "{name}": the '
+                                      "object has been modified; please apply your changes to the latest version "
+                                      "and try again", name=name, kind=plural))
+            new = copy.deepcopy(old)
+            mutate(new)
+            for field in ("name", "namespace", "uid", "creationTimestamp"):  # immutable
+                if field in old["metadata"]:
+                    new.setdefault("metadata", {})[field] = old["metadata"][field]
+            new["kind"], new["apiVersion"] = old["kind"], old["apiVersion"]
+            self._stamp(new)
+            self.store[key] = new
+            self._emit(plural, key[1], "MODIFIED", new)
+            return copy.deepcopy(new)
+
+    def patch(self, plural: str, ns: str, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
+        """Merge-patch an object; ``metadata.resourceVersion`` in the patch is a precondition."""
+        patch = copy.deepcopy(dict(patch))
+        rv = (patch.get("metadata") or {}).pop("resourceVersion", None)
+        return self.update(plural, ns, name, lambda obj: merge_patch(obj, patch), rv)
+
+    def delete(self, plural: str, ns: str, name: str) -> dict[str, Any]:
+        with self.cond:
+            key = (plural, ns if RESOURCES[plural][2] else "", name)
+            obj = self.store.pop(key, None)
+            if obj is None:
+                raise ApiError(status(404, "NotFound", f'{plural} "{name}" not found', name=name, kind=plural))
+            self._stamp(obj)
+            self._emit(plural, key[1], "DELETED", obj)
+            return copy.deepcopy(obj)
+
+    def list(self, plural: str, ns: str | None = None) -> tuple[list[dict[str, Any]], int]:
+        """Objects (sorted by namespace and name) and the list's resourceVersion."""
+        with self.cond:
+            items = [copy.deepcopy(o) for (p, n, _), o in sorted(self.store.items())
+                     if p == plural and (ns is None or n == ns)]
+            return items, self.rv
+
+    def bind(self, ns: str, name: str, binding: Mapping[str, Any]) -> None:
+        target = (binding.get("target") or {}).get("name")
+        if not target:
+            raise ApiError(status(422, "Invalid", "Binding is invalid: target.name: Required value"))
+        uid = (binding.get("metadata") or {}).get("uid")
+
+        def assign(pod: dict[str, Any]) -> None:
+            if uid and pod["metadata"].get("uid") != uid:
+                raise ApiError(status(409, "Conflict", f'Operation cannot be fulfilled on pods/binding "{name}": '
+                                      f"Precondition failed: UID in precondition: {uid}, UID in object meta: "
+                                      f"{pod['metadata'].get('uid')}"))
+            if (pod.get("spec") or {}).get("nodeName"):
+                raise ApiError(status(409, "Conflict", f'Operation cannot be fulfilled on pods/binding "{name}": '
+                                      f"pod {name} is already assigned to node \"{pod['spec']['nodeName']}\""))
+            pod.setdefault("spec", {})["nodeName"] = target
+
+        self.update("pods", ns, name, assign, None)
+
+    # convenience for tests
+    def objects(self, plural: str) -> dict[tuple[str, str], dict[str, Any]]:
+        """``{(namespace, name): object}`` for one resource."""
+        with self.cond:
+            return {(n, nm): copy.deepcopy(o) for (p, n, nm), o in self.store.items() if p == plural}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    api: FakeApiServer
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # silence
+        pass
+
+    # --------------------------------------------------------------------------- plumbing
+    def _send_json(self, code: int, body: Any) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _read_body(self) -> Any:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        try:
+            return json.loads(raw or b"null")
+        except ValueError:
+            raise ApiError(status(400, "BadRequest", "the request body is not valid JSON")) from None
+
+    def _hang_up(self) -> None:
+        self.close_connection = True
+        with contextlib.suppress(OSError):
+            self.connection.shutdown(socket.SHUT_RDWR)
+
+    def _dispatch(self, method: str) -> None:
+        url = urlsplit(self.path)
+        query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+        self.api.requests.append((method, url.path, self.headers.get("Content-Type", "")))
+        m = _PATH.match(url.path)
+        try:
+            if not m or m["plural"] not in RESOURCES:
+                raise ApiError(status(404, "NotFound", "the server could not find the requested resource"))
+            body = self._read_body() if method in ("POST", "PUT", "PATCH") else None
+            result = self._handle(method, m["plural"], m["ns"] or "", m["name"], m["sub"], query, body)
+            if result is None:  # a watch wrote its own response
+                return
+            code, payload = result
+        except ApiError as exc:
+            code, payload = exc.body["code"], exc.body
+        if self.api._take_drop(method, url.path):
+            self._hang_up()
+            return
+        self._send_json(code, payload)
+
+    def do_GET(self) -> None:
+        self._dispatch("GET")
+
+    def do_POST(self) -> None:
+        self._dispatch("POST")
+
+    def do_PUT(self) -> None:
+        self._dispatch("PUT")
+
+    def do_PATCH(self) -> None:
+        self._dispatch("PATCH")
+
+    def do_DELETE(self) -> None:
+        self._dispatch("DELETE")
+
+    # --------------------------------------------------------------------------- verbs
+    def _handle(self, method: str, plural: str, ns: str, name: str | None, sub: str | None,
+                query: dict[str, str], body: Any) -> tuple[int, Any] | None:
+        api = self.api
+        api_version, kind, namespaced = RESOURCES[plural]
+        if sub is not None:
+            if plural == "pods" and sub == "binding" and method == "POST" and name:
+                api.bind(ns, name, body or {})
+                return 201, status(201, "", "", name=name, kind="pods") | {"status": "Success"}
+            raise ApiError(status(404, "NotFound", "the server could not find the requested resource"))
+        if name is None:
+            if method == "GET":
+                if query.get("watch") in ("true", "1"):
+                    self._watch(plural, ns if namespaced and ns else None, query)
+                    return None
+                items, rv = api.list(plural, ns if ns else None)
+                for item in items:  # list items carry no kind/apiVersion on the wire
+                    item.pop("kind", None)
+                    item.pop("apiVersion", None)
+                return 200, {"kind": f"{kind}List", "apiVersion": api_version,
+                             "metadata": {"resourceVersion": str(rv)}, "items": items}
+            if method == "POST":
+                if not isinstance(body, dict):
+                    raise ApiError(status(400, "BadRequest", f"{kind} body must be an object"))
+                return 201, api.create(plural, ns, body)
+            raise ApiError(status(405, "MethodNotAllowed", f"{method} is not supported on {plural}"))
+        if method == "GET":
+            return 200, api.get(plural, ns, name)
+        if method == "DELETE":
+            return 200, api.delete(plural, ns, name)
+        if method == "PATCH":
+            ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip()
+            if ctype not in ("application/merge-patch+json", "application/strategic-merge-patch+json"):
+                raise ApiError(status(415, "UnsupportedMediaType", f"the body of the request was in an unknown "
+                                      f"format - accepted media types include: application/merge-patch+json, "
+                                      f"application/strategic-merge-patch+json (got {ctype!r})"))
+            if not isinstance(body, dict):
+                raise ApiError(status(400, "BadRequest", "a merge patch must be a JSON object"))
+            return 200, api.patch(plural, ns, name, body)
+        if method == "PUT":
+            if not isinstance(body, dict):
+                raise ApiError(status(400, "BadRequest", f"{kind} body must be an object"))
+            rv = (body.get("metadata") or {}).get("resourceVersion")
+
+            def replace(obj: dict[str, Any]) -> None:
+                obj.clear()
+                obj.update(copy.deepcopy(body))
+
+            return 200, api.update(plural, ns, name, replace, rv)
+        raise ApiError(status(405, "MethodNotAllowed", f"{method} is not supported"))
+
+    def _watch(self, plural: str, ns: str | None, query: dict[str, str]) -> None:
+        api = self.api
+        since = int(query.get("resourceVersion") or 0)
+        timeout = float(query.get("timeoutSeconds") or 1800)
+        deadline = time.monotonic() + timeout
+        with api.cond:
+            forced = api.fail_watches > 0
+            api.fail_watches -= 1 if forced else 0
+            gone = forced or since < api.compacted_rv
+            generation, expiry, ending = api.watch_generation, api.expire_generation, api.end_generation
+        too_old = status(410, "Expired", f"too old resource version: {since} ({api.compacted_rv})")
+        if gone and not api.gone_as_event:
+            raise ApiError(too_old)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+
+        def chunk(data: bytes) -> None:
+            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            self.wfile.flush()
+
+        with api.cond:
+            api.active_watches += 1
+            api.cond.notify_all()
+        try:
+            if gone:
+                chunk(json.dumps({"type": "ERROR", "object": too_old}).encode() + b"\n")
+                chunk(b"")
+                return
+            while True:
+                end = False
+                with api.cond:
+                    while True:
+                        if api.watch_generation != generation:
+                            self._hang_up()  # abort: no terminating chunk
+                            return
+                        if api.expire_generation != expiry:
+                            pending = [json.dumps({"type": "ERROR", "object": too_old}).encode() + b"\n"]
+                            end = True
+                            break
+                        pending = [json.dumps({"type": t, "object": o}).encode() + b"\n"
+                                   for rv, p, n, t, o in api.log
+                                   if rv > since and p == plural and (ns is None or n == ns)]
+                        if api.log and api.log[-1][0] > since:
+                            since = api.log[-1][0]
+                        if pending:
+                            break
+                        left = deadline - time.monotonic()
+                        if left <= 0 or api.end_generation != ending:
+                            pending, end = [], True
+                            break
+                        api.cond.wait(min(left, 0.5))
+                for line in pending:
+                    chunk(line)
+                if end:
+                    chunk(b"")  # clean end of stream
+                    return
+        except OSError:
+            self.close_connection = True
+        finally:
+            with api.cond:
+                api.active_watches -= 1
+                api.cond.notify_all()
