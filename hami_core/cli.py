@@ -159,9 +159,10 @@ def _scheduler_cluster(args: argparse.Namespace) -> Any:
                             burst=args.kube_burst)
 
 
-def _scheduler_leader(args: argparse.Namespace, cluster: Any) -> Any:
+def _scheduler_leader(args: argparse.Namespace, cluster: Any) -> tuple[Any, Any]:
+    """(elector, stop event) following the kube-scheduler's Lease, or (None, None) without --leader-elect."""
     if not args.leader_elect:
-        return None
+        return None, None
     if args.cluster_file:
         raise HamiError("--leader-elect needs a Kubernetes cluster, not --cluster-file")
     try:
@@ -177,8 +178,7 @@ def _scheduler_leader(args: argparse.Namespace, cluster: Any) -> Any:
                                    campaign=False)
     stop = threading.Event()
     threading.Thread(target=elector.run, args=(stop,), name="hami-leader", daemon=True).start()
-    elector.stop = stop.set
-    return elector
+    return elector, stop
 
 
 def _cmd_scheduler(args: argparse.Namespace, _extra: list[str]) -> int:
@@ -205,7 +205,7 @@ def _cmd_scheduler(args: argparse.Namespace, _extra: list[str]) -> int:
         config = _with_scheduler(config, overrides)
     engine = Engine(config)
     cluster = _scheduler_cluster(args)
-    elector = _scheduler_leader(args, cluster)
+    elector, elector_stop = _scheduler_leader(args, cluster)
     options = Options(host=host, port=port, metrics_host=metrics[0] if metrics else None,
                       metrics_port=metrics[1] if metrics else 0, cert_file=args.tls_cert, key_file=args.tls_key,
                       scheduler_name=args.scheduler_name, lock_timeout_s=args.node_lock_timeout,
@@ -224,14 +224,15 @@ def _cmd_scheduler(args: argparse.Namespace, _extra: list[str]) -> int:
     except OSError as exc:
         service.server.shutdown()
         raise HamiError(f"cannot start: {exc.strerror or exc}") from None
+    # At warning level so that the default log level still shows where the service listens.
     logging.getLogger("hami.scheduler").warning(
         "hami scheduler %s serving %s/filter, /bind, /webhook, /healthz, /readyz; metrics %s; %d node(s)",
         args.scheduler_name, service.server.url, service.metrics_url or "disabled", len(engine.nodes))
     stop.wait()
     logging.getLogger("hami.scheduler").warning("shutting down")
     service.stop()
-    if elector is not None and hasattr(elector, "stop"):
-        elector.stop()
+    if elector_stop is not None:
+        elector_stop.set()
     return 0
 
 
