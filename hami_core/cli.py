@@ -83,6 +83,8 @@ def _build_parser() -> argparse.ArgumentParser:
     simulate.set_defaults(command="simulate", handler=_cmd_simulate)
 
     _add_scheduler_parser(commands, common)
+    _add_monitor_parser(commands, common)
+    _add_device_plugin_parser(commands, common)
     certs = commands.add_parser("certs", parents=[common], help="write a self-signed TLS certificate and key",
                                 description="Write tls.crt and tls.key (self-signed) for serving the scheduler "
                                             "over TLS locally.")
@@ -133,6 +135,136 @@ def _add_scheduler_parser(commands: Any, common: argparse.ArgumentParser) -> Non
     sched.add_argument("--kube-qps", type=float, default=5.0, help="API client QPS (default: 5)")
     sched.add_argument("--kube-burst", type=int, default=10, help="API client burst (default: 10)")
     sched.set_defaults(command="scheduler", handler=_cmd_scheduler)
+
+
+def _add_device_plugin_parser(commands: Any, common: argparse.ArgumentParser) -> None:
+    dp = commands.add_parser(
+        "device-plugin", parents=[common], help="serve the kubelet device plugin for one vendor on this node",
+        description="Serve the kubelet device-plugin API (v1beta1) for a vendor backend, register with kubelet, "
+                    "write the node registration annotation and answer Allocate from the scheduler's annotations.")
+    dp.add_argument("--vendor", default="nvidia", help="vendor section of the device config (default: nvidia)")
+    dp.add_argument("--node-name", default=None, metavar="NAME", help="this node (default: $NODE_NAME)")
+    source = dp.add_mutually_exclusive_group()
+    source.add_argument("--kubeconfig", metavar="PATH", help="kubeconfig file (default: the usual lookup)")
+    source.add_argument("--in-cluster", action="store_true", help="use the pod's service account")
+    source.add_argument("--cluster-file", metavar="PATH",
+                        help="use an in-memory cluster of the Nodes and Pods in this YAML file (no Kubernetes)")
+    dp.add_argument("--kubelet-dir", default="/var/lib/kubelet/device-plugins", metavar="DIR",
+                    help="kubelet device-plugin directory (default: /var/lib/kubelet/device-plugins)")
+    dp.add_argument("--devices-file", metavar="PATH",
+                    help="fake devices YAML instead of the driver (sets HAMI_OVERRIDE_<VENDOR>_DEVICES_FILE)")
+    dp.add_argument("--device-config", metavar="PATH", help="device-config.yaml (default: built-in defaults)")
+    dp.add_argument("--register-interval", type=float, default=30.0, metavar="SECONDS",
+                    help="period of the node registration pass (default: 30)")
+    dp.set_defaults(command="device-plugin", handler=_cmd_device_plugin)
+
+
+def _cmd_device_plugin(args: argparse.Namespace, _extra: list[str]) -> int:
+    import os
+    import signal
+    import threading
+
+    from hami_core.engine.config import load_config
+
+    node_name = args.node_name or os.environ.get("NODE_NAME")
+    if not node_name:
+        raise HamiError("--node-name or $NODE_NAME is required")
+    if args.devices_file:
+        os.environ[f"HAMI_OVERRIDE_{args.vendor.upper()}_DEVICES_FILE"] = args.devices_file
+    try:
+        app_mod = importlib.import_module("hami_core.node.app")
+    except ImportError as exc:
+        raise HamiError(f"the device plugin is unavailable ({exc})") from None
+    config = load_config(args.device_config)
+    pm = get_plugin_manager()
+    backends = [b for b in pm.backends(config.devices) if b.vendor == args.vendor]
+    if not backends:
+        raise HamiError(f"no device backend for vendor {args.vendor!r} (is the {args.vendor} plugin installed "
+                        "and its section in the device config?)")
+    args.kube_qps, args.kube_burst = 5.0, 10
+    cluster = _scheduler_cluster(args)
+    app = app_mod.DevicePluginApp(pm, backends[0], cluster, node_name, plugin_dir=args.kubelet_dir,
+                                  register_interval_s=args.register_interval)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    signal.signal(signal.SIGHUP, lambda *_: app.restart())
+    try:
+        app.start()
+    except Exception as exc:  # OSError, or a gRPC error from kubelet's Register
+        app.stop()
+        detail = exc.details() if hasattr(exc, "details") else exc
+        raise HamiError(f"cannot start the device plugin (kubelet at {app.kubelet_socket}): {detail}") from None
+    logging.getLogger("hami.node").warning("hami device-plugin %s serving %s on %s for node %s (%d devices)",
+                                           args.vendor, backends[0].resource_names.count, app.server.socket_path,
+                                           node_name, len(app.devices))
+    stop.wait()
+    app.stop()
+    return 0
+
+
+def _add_monitor_parser(commands: Any, common: argparse.ArgumentParser) -> None:
+    import os
+
+    mon = commands.add_parser(
+        "monitor", parents=[common], help="export per-container GPU usage from HAMi-core's shared regions",
+        description="Serve Prometheus metrics (/metrics) of the HAMi-core shared regions under --containers-dir "
+                    "and run the priority feedback loop. Pods come from Kubernetes or a cluster file when one "
+                    "is given, from the directory names otherwise.")
+    mon.add_argument("--containers-dir", default="/usr/local/vgpu/containers", metavar="DIR",
+                     help="HAMi-core cache directories <podUID>_<container>/ (default: /usr/local/vgpu/containers)")
+    mon.add_argument("--host", default="0.0.0.0", help="metrics address (default: 0.0.0.0)")
+    mon.add_argument("--port", type=int, default=9394, help="metrics port (default: 9394)")
+    source = mon.add_mutually_exclusive_group()
+    source.add_argument("--kubeconfig", metavar="PATH", help="kubeconfig file")
+    source.add_argument("--in-cluster", action="store_true", help="use the pod's service account")
+    source.add_argument("--cluster-file", metavar="PATH", help="Pods from this YAML file (no Kubernetes)")
+    mon.add_argument("--node-name", default=os.environ.get("NODE_NAME", ""), metavar="NAME",
+                     help="this node; pods are filtered by it (default: $NODE_NAME)")
+    mon.add_argument("--legacy-metrics", action="store_true", help="also emit HAMi's pre-2.5 metric names")
+    mon.add_argument("--feedback", action=argparse.BooleanOptionalAction, default=True,
+                     help="run the priority feedback loop, writing recent_kernel/utilization_switch (default: on)")
+    mon.add_argument("--interval", type=float, default=5.0, metavar="SECONDS",
+                     help="feedback and rescan period (default: 5)")
+    mon.add_argument("--gc-after", type=float, default=300.0, metavar="SECONDS",
+                     help="remove a deleted pod's directory once unmodified this long (default: 300)")
+    mon.set_defaults(command="monitor", handler=_cmd_monitor)
+
+
+def _cmd_monitor(args: argparse.Namespace, _extra: list[str]) -> int:
+    import signal
+    import threading
+
+    from hami_core.monitor import Monitor, MonitorOptions
+
+    cluster = None
+    if args.cluster_file:
+        from hami_core.cluster.memory import MemoryCluster
+
+        cluster = MemoryCluster.from_file(args.cluster_file)
+    elif args.kubeconfig or args.in_cluster:
+        try:
+            kube = importlib.import_module("hami_core.cluster.kube")
+        except ImportError as exc:
+            raise HamiError(f"the Kubernetes cluster adapter is unavailable ({exc})") from None
+        cluster = kube.KubeCluster(kubeconfig=args.kubeconfig, in_cluster=args.in_cluster)
+    options = MonitorOptions(containers_dir=args.containers_dir, host=args.host, port=args.port,
+                             node_name=args.node_name, legacy_metrics=args.legacy_metrics, feedback=args.feedback,
+                             interval_s=args.interval, gc_after_s=args.gc_after)
+    monitor = Monitor(options, cluster)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        monitor.start()
+    except OSError as exc:
+        raise HamiError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
+    logging.getLogger("hami.monitor").warning(
+        "hami monitor serving %s for %s; feedback %s; pods from %s", monitor.url, args.containers_dir,
+        "on" if args.feedback else "off", "the cluster" if cluster is not None else "directory names")
+    stop.wait()
+    monitor.stop()
+    return 0
 
 
 def _cmd_certs(args: argparse.Namespace, _extra: list[str]) -> int:

@@ -62,3 +62,32 @@ def hami_container_request(backend: DeviceBackend, container: Mapping[str, Any])
 def hami_filter_nodes(backend: DeviceBackend, pod: Mapping[str, Any], request: DeviceRequest,
                       candidates: Sequence[FitCandidate], policy: GpuPolicy) -> list[FitResult] | None:
     return nv.filter_nodes(backend, pod, request, candidates, policy) if _mine(backend) else None
+
+
+# ------------------------------------------------------------------------------------------ node side
+from hami_core.plugins.types import ContainerAllocation, ContainerDevice  # noqa: E402  (node-side hooks only)
+
+
+@hookimpl
+def hami_discover_devices(backend: DeviceBackend) -> list[DeviceInfo] | None:
+    if not _mine(backend):
+        return None
+    from hami_core.plugins.errors import ConfigError
+    from hami_nvidia import detect
+    from hami_nvidia import node as nv_node
+
+    try:
+        gpus = detect.discover(pre_configured_memory_mib=backend.config.pre_configured_device_memory)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    return nv_node.device_infos(backend.config, gpus)
+
+
+@hookimpl
+def hami_allocate(backend: DeviceBackend, pod: Mapping[str, Any], container_index: int,
+                  devices: Sequence[ContainerDevice]) -> ContainerAllocation | None:
+    if not _mine(backend):
+        return None
+    from hami_nvidia import node as nv_node
+
+    return nv_node.allocation(backend.config, pod, container_index, devices)

@@ -1,0 +1,204 @@
+"""Allocate and GetPreferredAllocation, independent of gRPC (spec node.md §2.6, §2.7, §2.9, §2.10).
+
+Kubelet's device IDs (``<uuid>-<i>``) carry no pod identity; the pod is found through the node lock the
+scheduler took before binding (``hami.io/mutex.lock = <time>,<ns>,<name>``) or, failing that, as the
+Pending pod on this node whose ``hami.io/bind-phase`` is ``allocating``/``success``. Its
+``hami.io/vgpu-devices-to-allocate`` annotation holds one slot per container (init first); each
+Allocate pops the first non-empty slot, and when none is left the pod is marked ``success`` and the lock
+released. Any error marks it ``failed`` and releases the lock (owner-checked).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from hami_core.cluster.base import Cluster
+from hami_core.engine.pods import annotations, metadata
+from hami_core.plugins.errors import HamiError, WireFormatError
+from hami_core.plugins.types import ContainerAllocation, ContainerDevice, DeviceBackend, LockSpec
+from hami_core.scheduler.nodelock import NodeLocker
+from hami_core.wire import keys
+from hami_core.wire.lock import decode_node_lock
+from hami_core.wire.pods import decode_pod_single_device, encode_pod_single_device
+
+log = logging.getLogger("hami.node.allocate")
+
+#: ``(pod, container_index, devices) -> ContainerAllocation``; container_index counts init containers first.
+AllocateFn = Callable[[Mapping[str, Any], int, Sequence[ContainerDevice]], ContainerAllocation | None]
+
+_REPLICA = re.compile(r"-(\d+)$")
+
+
+class AllocateError(HamiError):
+    """Allocate cannot serve the request; kubelet fails the pod's admission with this message."""
+
+
+@dataclass(frozen=True, slots=True)
+class PreferredRequest:
+    available: tuple[str, ...]
+    must_include: tuple[str, ...]
+    size: int
+
+
+def physical_device_id(device_id: str) -> str:
+    """The physical UUID of an advertised ID: before ``::``; else ``<uuid>-<n>`` with 6 dashes loses ``-<n>``."""
+    if "::" in device_id:
+        return device_id.split("::", 1)[0]
+    if device_id.count("-") == 6 and _REPLICA.search(device_id):
+        return device_id.rsplit("-", 1)[0]
+    return device_id
+
+
+def pod_name(pod: Mapping[str, Any]) -> str:
+    meta = metadata(pod)
+    return f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
+
+
+def find_pending_pod(cluster: Cluster, node_name: str) -> dict[str, Any]:
+    """The pod being allocated on ``node_name`` (HAMi ``GetPendingPod``); raises :class:`AllocateError`."""
+    lock = annotations(cluster.get_node(node_name)).get(keys.NODE_LOCK)
+    if lock:
+        try:
+            value = decode_node_lock(lock, key=keys.NODE_LOCK)
+        except WireFormatError as exc:
+            log.warning("node %s: ignoring unreadable lock: %s", node_name, exc)
+        else:
+            if not value.legacy:
+                return cluster.get_pod(value.namespace or "default", value.name or "")
+    for pod in cluster.list_pods():
+        spec = pod.get("spec") or {}
+        annos = annotations(pod)
+        if (spec.get("nodeName") == node_name and (pod.get("status") or {}).get("phase") == "Pending"
+                and keys.BIND_TIME in annos
+                and annos.get(keys.BIND_PHASE) in (keys.BIND_PHASE_ALLOCATING, keys.BIND_PHASE_SUCCESS)
+                and annos.get(keys.VGPU_NODE) == node_name):
+            return pod
+    raise AllocateError(f"no binding pod found on node {node_name}")
+
+
+class Allocator:
+    """Serves Allocate for one backend on one node; all calls are serialised (the bookkeeping is node-global)."""
+
+    def __init__(self, cluster: Cluster, node_name: str, backend: DeviceBackend, allocate: AllocateFn, *,
+                 node_lock: NodeLocker | None = None, prefer_kubelet_ids: bool = False) -> None:
+        self.cluster = cluster
+        self.node_name = node_name
+        self.backend = backend
+        self.allocate_fn = allocate
+        self.node_lock = node_lock or NodeLocker(cluster)
+        self.prefer_kubelet_ids = prefer_kubelet_ids
+        self.annotation = backend.to_allocate_annotation or keys.VGPU_DEVICES_TO_ALLOCATE
+        self.lock_spec = LockSpec(backend.lock_annotation or keys.NODE_LOCK)
+        self._mutex = threading.Lock()
+
+    # ----------------------------------------------------------------------------------- allocate
+    def allocate(self, requests: Sequence[Sequence[str]]) -> list[ContainerAllocation]:
+        """One :class:`ContainerAllocation` per kubelet container request (its device IDs)."""
+        with self._mutex:
+            pod = find_pending_pod(self.cluster, self.node_name)
+            try:
+                return self._allocate(pod, requests)
+            except Exception as exc:
+                self._finish(pod, keys.BIND_PHASE_FAILED)
+                if isinstance(exc, AllocateError):
+                    raise
+                raise AllocateError(f"allocate for pod {pod_name(pod)} failed: {exc}") from exc
+
+    def _allocate(self, pod: dict[str, Any], requests: Sequence[Sequence[str]]) -> list[ContainerAllocation]:
+        raw = annotations(pod).get(self.annotation)
+        if raw is None:
+            raise AllocateError(f"pod {pod_name(pod)} has no {self.annotation} annotation")
+        try:
+            slots = list(decode_pod_single_device(raw, key=self.annotation))
+        except WireFormatError as exc:
+            raise AllocateError(f"pod {pod_name(pod)}: {exc}") from None
+        results = []
+        for ids in requests:
+            index = next((i for i, slot in enumerate(slots) if slot), None)
+            if index is None:
+                raise AllocateError(f"pod {pod_name(pod)}: no devices left to allocate in {self.annotation}")
+            devices = slots[index]
+            slots[index] = ()
+            if len(devices) != len(ids):
+                raise AllocateError(f"pod {pod_name(pod)}: device number not matched "
+                                    f"(annotation {len(devices)}, kubelet {len(ids)})")
+            if self.prefer_kubelet_ids:
+                devices = tuple(_with_uuid(d, physical_device_id(i)) for d, i in zip(devices, ids, strict=True))
+            result = self.allocate_fn(pod, index, devices)
+            if result is None:
+                raise AllocateError(f"no plugin implements hami_allocate for backend {self.backend.name}")
+            results.append(result)
+        meta = metadata(pod)
+        self.cluster.patch_pod(str(meta.get("namespace") or "default"), str(meta.get("name") or ""),
+                               {"metadata": {"annotations": {self.annotation: encode_pod_single_device(slots)}}})
+        if self._all_consumed(pod):
+            self._finish(pod, keys.BIND_PHASE_SUCCESS)
+        return results
+
+    def _all_consumed(self, pod: Mapping[str, Any]) -> bool:
+        meta = metadata(pod)
+        fresh = self.cluster.get_pod(str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
+        try:
+            return not any(decode_pod_single_device(annotations(fresh).get(self.annotation, ""), key=self.annotation))
+        except WireFormatError:
+            return False
+
+    def _finish(self, pod: Mapping[str, Any], phase: str) -> None:
+        """Mark ``bind-phase`` and release the node lock if this pod holds it; errors are logged only."""
+        meta = metadata(pod)
+        ns, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
+        try:
+            self.cluster.patch_pod(ns, name, {"metadata": {"annotations": {keys.BIND_PHASE: phase}}})
+        except Exception as exc:
+            log.error("pod %s/%s: cannot set %s=%s: %s", ns, name, keys.BIND_PHASE, phase, exc)
+        try:
+            self.node_lock.release(self.node_name, pod, self.lock_spec)
+        except Exception as exc:
+            log.error("node %s: cannot release the lock of pod %s/%s: %s", self.node_name, ns, name, exc)
+        log.info("pod %s/%s: %s=%s", ns, name, keys.BIND_PHASE, phase)
+
+    # --------------------------------------------------------------------------- preferred allocation
+    def preferred(self, requests: Sequence[PreferredRequest]) -> list[list[str] | None]:
+        """Kubelet IDs matching the annotation's devices, per request; ``None`` where no answer (never raises)."""
+        with self._mutex:
+            try:
+                pod = find_pending_pod(self.cluster, self.node_name)
+                slots = [s for s in decode_pod_single_device(annotations(pod).get(self.annotation, ""),
+                                                             key=self.annotation) if s]
+            except Exception as exc:
+                log.info("preferred allocation without annotations: %s", exc)
+                slots = []
+        out: list[list[str] | None] = []
+        for k, req in enumerate(requests):
+            out.append(_prefer(req, slots[k]) if k < len(slots) else None)
+        return out
+
+
+def _with_uuid(device: ContainerDevice, uuid: str) -> ContainerDevice:
+    return ContainerDevice(uuid=uuid, type=device.type, usedmem=device.usedmem, usedcores=device.usedcores,
+                           idx=device.idx, slots=device.slots, custom_info=device.custom_info)
+
+
+def _prefer(req: PreferredRequest, slot: Sequence[ContainerDevice]) -> list[str] | None:
+    chosen = list(req.must_include)
+    must = [physical_device_id(i) for i in req.must_include]
+    used = set(chosen)
+    for device in slot[:req.size]:
+        if device.uuid in must:
+            must.remove(device.uuid)
+            continue
+        pick = next((i for i in req.available if i not in used and physical_device_id(i) == device.uuid), None)
+        if pick is None:
+            log.info("preferred allocation: no available ID for %s", device.uuid)
+            return None
+        chosen.append(pick)
+        used.add(pick)
+    if len(chosen) != req.size:
+        log.info("preferred allocation: got %d IDs, want %d", len(chosen), req.size)
+        return None
+    return chosen

@@ -1,0 +1,73 @@
+"""Kubernetes Node and Pod JSON builders with HAMi annotations, for tests (plain dicts, no client library)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from hami_core.wire import keys
+
+__all__ = ["container", "node", "pod"]
+
+
+def container(name: str = "c", *, limits: Mapping[str, Any] | None = None,
+              requests: Mapping[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+    """A container; ``limits``/``requests`` values are written as strings, as Kubernetes JSON has them."""
+    ctr: dict[str, Any] = {"name": name, "image": "busybox"}
+    resources: dict[str, Any] = {}
+    if limits is not None:
+        resources["limits"] = {k: str(v) for k, v in limits.items()}
+    if requests is not None:
+        resources["requests"] = {k: str(v) for k, v in requests.items()}
+    if resources:
+        ctr["resources"] = resources
+    ctr.update(extra)
+    return ctr
+
+
+def node(name: str = "node-1", *, annotations: Mapping[str, str] | None = None,
+         labels: Mapping[str, str] | None = None, allocatable: Mapping[str, Any] | None = None,
+         capacity: Mapping[str, Any] | None = None, unschedulable: bool = False) -> dict[str, Any]:
+    """A Node: registration annotations (``hami.io/node-<vendor>-register``...), and capacity for vendors
+    that register through extended resources. ``capacity`` defaults to ``allocatable``."""
+    meta: dict[str, Any] = {"name": name, "annotations": dict(annotations or {})}
+    if labels:
+        meta["labels"] = dict(labels)
+    status: dict[str, Any] = {}
+    if allocatable is not None:
+        status["allocatable"] = {k: str(v) for k, v in allocatable.items()}
+    if capacity is not None or allocatable is not None:
+        status["capacity"] = {k: str(v) for k, v in (capacity if capacity is not None else allocatable or {}).items()}
+    out: dict[str, Any] = {"apiVersion": "v1", "kind": "Node", "metadata": meta, "status": status}
+    if unschedulable:
+        out["spec"] = {"unschedulable": True}
+    return out
+
+
+def pod(*containers: Mapping[str, Any], name: str = "pod-1", namespace: str = "default", uid: str | None = None,
+        annotations: Mapping[str, str] | None = None, init: Sequence[Mapping[str, Any]] = (),
+        node_policy: str | None = None, gpu_policy: str | None = None, node_name: str | None = None,
+        phase: str | None = None, **spec: Any) -> dict[str, Any]:
+    """A Pod with ``containers`` (default: one container without resources).
+
+    ``node_policy``/``gpu_policy`` set ``hami.io/node-scheduler-policy``/``hami.io/gpu-scheduler-policy``;
+    ``node_name`` sets ``spec.nodeName``; ``phase`` sets ``status.phase``; other keywords go to ``spec``.
+    """
+    annos = dict(annotations or {})
+    if node_policy is not None:
+        annos[keys.NODE_SCHEDULER_POLICY] = node_policy
+    if gpu_policy is not None:
+        annos[keys.GPU_SCHEDULER_POLICY] = gpu_policy
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": uid or f"uid-{namespace}-{name}"}
+    if annos:
+        meta["annotations"] = annos
+    body: dict[str, Any] = {"containers": [dict(c) for c in containers] or [container()]}
+    if init:
+        body["initContainers"] = [dict(c) for c in init]
+    if node_name is not None:
+        body["nodeName"] = node_name
+    body.update(spec)
+    out: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": body}
+    if phase is not None:
+        out["status"] = {"phase": phase}
+    return out

@@ -1,0 +1,203 @@
+"""NVIDIA GPU discovery (spec node.md §2.3): NVML behind an isolated, time-limited probe, or a devices file.
+
+Sources, first match wins:
+
+1. ``HAMI_OVERRIDE_NVIDIA_DEVICES_FILE`` (``hami device-plugin --devices-file`` sets it): fake GPUs from
+   YAML, for tests and demos with no GPU (like HAMi's mock device plugin)::
+
+       devices:
+         - {uuid: GPU-00000000-0000-0000-0000-000000000000, model: NVIDIA A100-SXM4-80GB, memory: 81920, numa: 0}
+
+   (``index`` defaults to the position; a bare list works too).
+2. NVML through ``pynvml`` (package ``nvidia-ml-py``), probed in a **child process** with a timeout: a
+   broken driver can hang ``nvmlInit`` or crash the interpreter, and neither may take the plugin down.
+   The child is started with ``spawn`` semantics (a fresh ``python -m hami_nvidia.detect``), not fork,
+   because forking a process that already runs gRPC threads is unsafe. The result is cached.
+
+With no driver, no ``pynvml`` or a probe failure the answer is ``[]`` (logged), never an exception.
+:func:`probe_nvml` takes the ``pynvml`` module as an argument so tests inject a fake one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+log = logging.getLogger("hami.nvidia.detect")
+
+OVERRIDE_ENV = "HAMI_OVERRIDE_NVIDIA_DEVICES_FILE"
+PROBE_TIMEOUT_S = 20.0
+SYS_PCI = "/sys/bus/pci/devices"
+
+
+@dataclass(frozen=True, slots=True)
+class Gpu:
+    """One physical GPU as discovered."""
+
+    uuid: str
+    index: int
+    model: str
+    memory_mib: int
+    numa: int = 0
+    minor: int = -1
+    mig_enabled: bool = False
+
+
+def model_name(name: str) -> str:
+    """HAMi's ``type``: ``NVIDIA-`` is prefixed unless the NVML name already starts with ``NVIDIA``."""
+    return name if name.startswith("NVIDIA") else f"NVIDIA-{name}"
+
+
+def load_devices_file(path: str | os.PathLike[str]) -> list[Gpu]:
+    """Fake GPUs from YAML (``devices:`` list or a bare list); raises ``ValueError`` naming the problem."""
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise ValueError(f"cannot read devices file {path}: {exc}") from None
+    items = data.get("devices") if isinstance(data, dict) else data
+    if not isinstance(items, list):
+        raise ValueError(f"devices file {path}: expected a list under 'devices:'")
+    gpus = []
+    for i, item in enumerate(items):
+        if not isinstance(item, dict) or not item.get("uuid"):
+            raise ValueError(f"devices file {path}: device {i} needs at least a uuid")
+        try:
+            gpus.append(Gpu(uuid=str(item["uuid"]), index=int(item.get("index", i)),
+                            model=model_name(str(item.get("model", "NVIDIA-Fake"))),
+                            memory_mib=int(item.get("memory", 0)), numa=int(item.get("numa", 0)),
+                            minor=int(item.get("minor", -1)), mig_enabled=bool(item.get("mig", False))))
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"devices file {path}: device {i}: {exc}") from None
+    return gpus
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def numa_node(bus_id: str, sys_pci: str = SYS_PCI) -> int:
+    """NUMA node of a PCI bus id (``0000`` domain prefix stripped as HAMi does); negative or error → 0."""
+    bus = bus_id.lower()
+    if bus.startswith("0000") and len(bus) > 12:
+        bus = bus[4:]
+    for candidate in (bus, f"0000{bus}" if not bus.startswith("0000") else bus):
+        try:
+            value = int(Path(sys_pci, candidate, "numa_node").read_text().strip())
+        except (OSError, ValueError):
+            continue
+        return max(value, 0)
+    return 0
+
+
+def probe_nvml(nvml: Any, *, pre_configured_memory_mib: int = 0, sys_pci: str = SYS_PCI) -> list[Gpu]:
+    """Enumerate GPUs through a ``pynvml``-like module. Per-device attribute errors degrade, not fail.
+
+    ``GetMemoryInfo`` NOT_SUPPORTED (unified-memory GPUs, newer 570+ drivers) falls back to
+    ``pre_configured_memory_mib``; a failing MIG-mode, minor-number or PCI query leaves the default.
+    """
+    error = getattr(nvml, "NVMLError", Exception)
+    nvml.nvmlInit()
+    try:
+        gpus = []
+        for i in range(nvml.nvmlDeviceGetCount()):
+            handle = nvml.nvmlDeviceGetHandleByIndex(i)
+            uuid = _text(nvml.nvmlDeviceGetUUID(handle))
+            try:
+                index = int(nvml.nvmlDeviceGetIndex(handle))
+            except error:
+                index = i
+            try:
+                memory = int(nvml.nvmlDeviceGetMemoryInfo(handle).total) // (1024 * 1024)
+            except error as exc:
+                log.warning("GPU %s: memory info unavailable (%s); using preConfiguredDeviceMemory=%d",
+                            uuid, exc, pre_configured_memory_mib)
+                memory = pre_configured_memory_mib
+            try:
+                numa = numa_node(_text(nvml.nvmlDeviceGetPciInfo(handle).busId), sys_pci)
+            except error:
+                numa = 0
+            try:
+                minor = int(nvml.nvmlDeviceGetMinorNumber(handle))
+            except error:
+                minor = -1
+            try:
+                mig = bool(nvml.nvmlDeviceGetMigMode(handle)[0])
+            except (error, TypeError, IndexError):
+                mig = False
+            gpus.append(Gpu(uuid=uuid, index=index, model=model_name(_text(nvml.nvmlDeviceGetName(handle))),
+                            memory_mib=memory, numa=numa, minor=minor, mig_enabled=mig))
+        return gpus
+    finally:
+        with contextlib.suppress(error):
+            nvml.nvmlShutdown()
+
+
+def _probe_subprocess(timeout_s: float, pre_configured_memory_mib: int) -> list[Gpu]:
+    cmd = [sys.executable, "-m", "hami_nvidia.detect", "--json", f"--pre-configured-memory={pre_configured_memory_mib}"]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+        log.error("NVML probe timed out after %.0f s; no GPUs advertised", timeout_s)
+        return []
+    except OSError as exc:
+        log.error("cannot start the NVML probe: %s", exc)
+        return []
+    if proc.returncode != 0:
+        log.warning("NVML probe failed (exit %d): %s", proc.returncode, proc.stderr.strip()[-500:])
+        return []
+    try:
+        return [Gpu(**item) for item in json.loads(proc.stdout)]
+    except (ValueError, TypeError) as exc:
+        log.error("NVML probe answered garbage: %s", exc)
+        return []
+
+
+_cache: dict[tuple[Any, ...], list[Gpu]] = {}
+
+
+def discover(*, devices_file: str | None = None, timeout_s: float = PROBE_TIMEOUT_S,
+             pre_configured_memory_mib: int = 0, refresh: bool = False) -> list[Gpu]:
+    """The node's GPUs: ``devices_file``, else ``$HAMI_OVERRIDE_NVIDIA_DEVICES_FILE``, else the NVML probe."""
+    path = devices_file or os.environ.get(OVERRIDE_ENV)
+    if path:
+        return load_devices_file(path)
+    key = (timeout_s, pre_configured_memory_mib)
+    if refresh or key not in _cache:
+        _cache[key] = _probe_subprocess(timeout_s, pre_configured_memory_mib)
+    return list(_cache[key])
+
+
+def _main(argv: list[str]) -> int:
+    pre = 0
+    for arg in argv:
+        if arg.startswith("--pre-configured-memory="):
+            pre = int(arg.split("=", 1)[1])
+    try:
+        import pynvml
+    except ImportError:
+        print("pynvml (nvidia-ml-py) is not installed", file=sys.stderr)
+        return 3
+    try:
+        gpus = probe_nvml(pynvml, pre_configured_memory_mib=pre)
+    except Exception as exc:  # the child reports and exits; the parent decides
+        print(f"NVML error: {exc}", file=sys.stderr)
+        return 4
+    if "--json" in argv:
+        print(json.dumps([asdict(g) for g in gpus]))
+    else:
+        for g in gpus:
+            print(f"{g.index}: {g.uuid} {g.model} {g.memory_mib} MiB numa={g.numa} minor={g.minor} mig={g.mig_enabled}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main(sys.argv[1:]))

@@ -1,0 +1,212 @@
+"""NVIDIA node side: what is registered and advertised, and what Allocate gives a container (spec node.md §2.4-§2.11).
+
+Host layout (HOOK = ``$HOOK_PATH``, default ``/usr/local``; the DaemonSet mounts the host's ``/usr/local/vgpu``
+at the same path in the plugin container, so paths created here are host paths):
+
+* ``HOOK/vgpu/libvgpu.so`` (or ``libvgpu.so.<version>`` when present): HAMi-core, preloaded via
+  ``HOOK/vgpu/ld.so.preload`` mounted at ``/etc/ld.so.preload`` unless the container sets
+  ``CUDA_DISABLE_CONTROL=true``;
+* ``HOOK/vgpu/containers/<podUID>_<container>``: the per-container cache dir, mounted over ``HOOK/vgpu``;
+* ``/tmp/vgpulock``: HAMi-core's cross-process lock dir.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+import uuid as uuidlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from hami_core.plugins.types import ContainerAllocation, ContainerDevice, DeviceInfo, Mount
+from hami_core.wire.common import parse_go_bool
+from hami_nvidia.config import NvidiaConfig
+from hami_nvidia.detect import Gpu
+from hami_nvidia.version import __version__
+
+log = logging.getLogger("hami.nvidia.node")
+
+DEFAULT_HOOK_PATH = "/usr/local"
+VGPU_LOCK_DIR = "/tmp/vgpulock"
+MODE = "hami-core"
+#: XIDs caused by applications, never a reason to mark a GPU unhealthy (spec §2.11).
+IGNORED_XIDS = frozenset({13, 31, 43, 45, 68, 109})
+XID_CRITICAL_ERROR = 0x8
+DOUBLE_BIT_ECC = 0x2
+SINGLE_BIT_ECC = 0x1
+
+
+def hook_path() -> str:
+    return os.environ.get("HOOK_PATH") or DEFAULT_HOOK_PATH
+
+
+def device_infos(cfg: NvidiaConfig, gpus: Iterable[Gpu]) -> list[DeviceInfo]:
+    """Register/advertise view of discovered GPUs: count = split count, scaled memory, cores = 100 x scaling."""
+    out = []
+    for g in gpus:
+        mem = g.memory_mib
+        if cfg.device_memory_scaling != 1:
+            mem = int(mem * cfg.device_memory_scaling)
+        out.append(DeviceInfo(id=g.uuid, index=g.index, count=cfg.device_split_count, devmem=mem,
+                              devcore=int(cfg.device_core_scaling * 100), type=g.model, numa=g.numa, mode=MODE,
+                              health=True, vendor="nvidia"))
+    return out
+
+
+def container_at(pod: Mapping[str, Any], index: int) -> Mapping[str, Any]:
+    """The container at annotation position ``index`` (init containers first); ``{}`` if out of range."""
+    spec = pod.get("spec") or {}
+    ctrs = list(spec.get("initContainers") or []) + list(spec.get("containers") or [])
+    return ctrs[index] if 0 <= index < len(ctrs) else {}
+
+
+def _control_disabled(container: Mapping[str, Any]) -> bool:
+    for env in container.get("env") or []:
+        if env.get("name") == "CUDA_DISABLE_CONTROL":
+            try:
+                return parse_go_bool(str(env.get("value", "")))
+            except Exception:
+                return False
+    return False
+
+
+def _fresh_dir(path: Path) -> None:
+    """Delete and re-create with mode 0777 (HAMi does so for every Allocate); failures are logged."""
+    try:
+        shutil.rmtree(path, ignore_errors=True)
+        path.mkdir(parents=True, exist_ok=True)
+        os.chmod(path, 0o777)
+    except OSError as exc:
+        log.warning("cannot prepare %s: %s", path, exc)
+
+
+def allocation(cfg: NvidiaConfig, pod: Mapping[str, Any], container_index: int,
+               devices: Sequence[ContainerDevice], *, hook: str | None = None,
+               lock_dir: str = VGPU_LOCK_DIR, cache_name: str | None = None) -> ContainerAllocation:
+    """Env and mounts for one container (spec §2.8); creates the cache and lock dirs on the host."""
+    h = (hook or hook_path()).rstrip("/") or "/"
+    vgpu = f"{h}/vgpu"
+    container = container_at(pod, container_index)
+    uuids = list(dict.fromkeys(d.uuid for d in devices))
+    env = {"NVIDIA_VISIBLE_DEVICES": ",".join(uuids)}
+    for i, d in enumerate(devices):
+        env[f"CUDA_DEVICE_MEMORY_LIMIT_{i}"] = f"{d.usedmem}m"
+    env["CUDA_DEVICE_SM_LIMIT"] = str(devices[0].usedcores if devices else 0)
+    env["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = f"{vgpu}/{cache_name or uuidlib.uuid4()}.cache"
+    if cfg.device_memory_scaling > 1:
+        env["CUDA_OVERSUBSCRIBE"] = "true"
+    if cfg.lib_cuda_log_level is not None:
+        env["LIBCUDA_LOG_LEVEL"] = str(cfg.lib_cuda_log_level)
+    if cfg.disable_core_limit:
+        env["GPU_CORE_UTILIZATION_POLICY"] = "disable"
+
+    versioned = f"{vgpu}/libvgpu.so.{__version__}"
+    meta = pod.get("metadata") or {}
+    cache_dir = f"{vgpu}/containers/{meta.get('uid', '')}_{container.get('name', '')}"
+    _fresh_dir(Path(cache_dir))
+    try:
+        Path(lock_dir).mkdir(parents=True, exist_ok=True)
+        os.chmod(lock_dir, 0o777)
+    except OSError as exc:
+        log.warning("cannot prepare %s: %s", lock_dir, exc)
+    mounts = [
+        Mount(f"{vgpu}/libvgpu.so", versioned if os.path.exists(versioned) else f"{vgpu}/libvgpu.so", True),
+        Mount(vgpu, cache_dir, False),
+        Mount("/tmp/vgpulock", lock_dir, False),
+    ]
+    if not _control_disabled(container):
+        mounts.append(Mount("/etc/ld.so.preload", f"{vgpu}/ld.so.preload", True))
+    if os.path.exists(f"{vgpu}/license"):
+        mounts.append(Mount("/tmp/license", f"{vgpu}/license", True))
+        mounts.append(Mount("/usr/bin/vgpuvalidator", f"{vgpu}/vgpuvalidator", True))
+    return ContainerAllocation(env=env, mounts=tuple(mounts))
+
+
+# ---------------------------------------------------------------------------------------------- health
+def ignored_xids(environ: Mapping[str, str] | None = None) -> frozenset[int] | None:
+    """XIDs to ignore, or ``None`` when XID health checks are disabled (``DP_DISABLE_HEALTHCHECKS``)."""
+    environ = os.environ if environ is None else environ
+    disabled = {s.strip().lower() for s in environ.get("DP_DISABLE_HEALTHCHECKS", "").split(",") if s.strip()}
+    enabled = {int(s) for s in environ.get("DP_ENABLE_HEALTHCHECKS", "").split(",") if s.strip().isdigit()}
+    if disabled & {"all", "xids"} and not enabled:
+        return None
+    ignored = set(IGNORED_XIDS) | {int(s) for s in disabled if s.isdigit()}
+    return frozenset(ignored - enabled)
+
+
+class XidHealthWatcher:
+    """Watches NVML XID events and calls ``on_unhealthy(uuid)`` (every GPU on a wait error; no recovery)."""
+
+    def __init__(self, nvml: Any, uuids: Sequence[str], on_unhealthy: Callable[[str], None], *,
+                 ignored: frozenset[int] = IGNORED_XIDS, wait_ms: int = 5000) -> None:
+        self.nvml = nvml
+        self.uuids = list(uuids)
+        self.on_unhealthy = on_unhealthy
+        self.ignored = ignored
+        self.wait_ms = wait_ms
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _register(self) -> tuple[Any, dict[Any, str]]:
+        nv = self.nvml
+        error = getattr(nv, "NVMLError", Exception)
+        events = nv.nvmlEventSetCreate()
+        handles: dict[Any, str] = {}
+        for uuid in self.uuids:
+            try:
+                handle = nv.nvmlDeviceGetHandleByUUID(uuid)
+                handles[handle] = uuid
+                mask = (XID_CRITICAL_ERROR | DOUBLE_BIT_ECC | SINGLE_BIT_ECC) & nv.nvmlDeviceGetSupportedEventTypes(
+                    handle)
+                nv.nvmlDeviceRegisterEvents(handle, mask, events)
+            except error as exc:
+                if "Not Supported" in str(exc) or "NOT_SUPPORTED" in str(exc).upper():
+                    log.info("GPU %s is too old for health events: %s", uuid, exc)
+                    continue
+                log.warning("GPU %s: cannot register health events (%s); marking it unhealthy", uuid, exc)
+                self.on_unhealthy(uuid)
+        return events, handles
+
+    def run_once(self, events: Any, handles: Mapping[Any, str]) -> None:
+        nv = self.nvml
+        error = getattr(nv, "NVMLError", Exception)
+        timeout = getattr(nv, "NVMLError_Timeout", None)
+        try:
+            data = nv.nvmlEventSetWait(events, self.wait_ms)
+        except error as exc:
+            if timeout is not None and isinstance(exc, timeout):
+                return
+            log.error("NVML event wait failed (%s); marking every GPU unhealthy", exc)
+            for uuid in self.uuids:
+                self.on_unhealthy(uuid)
+            return
+        if data.eventType != XID_CRITICAL_ERROR or int(data.eventData) in self.ignored:
+            return
+        uuid = handles.get(data.device)
+        if uuid is None:
+            log.warning("XID %d on a GPU this plugin does not serve; ignored", int(data.eventData))
+            return
+        log.warning("XID %d on %s", int(data.eventData), uuid)
+        self.on_unhealthy(uuid)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="hami-nvidia-xid", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.nvml.nvmlInit()
+            events, handles = self._register()
+        except Exception as exc:
+            log.error("NVML health checks unavailable: %s", exc)
+            return
+        while not self._stop.is_set():
+            self.run_once(events, handles)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(self.wait_ms / 1000 + 1)

@@ -1,0 +1,218 @@
+"""The example third-party plugin (examples/third-party-plugin, hami-acme) under ``make test``.
+
+``make test`` collects only ``tests`` and ``plugins``; this module puts the example on ``sys.path``, imports its
+plugin module explicitly (no install, no subprocess) and re-exports its tests. It then breaks the example on
+purpose and checks that the conformance suite names the broken contract.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from hami_core import hookimpl
+from hami_core.engine.fit import standard_fit
+from hami_core.plugins.types import ContainerDevice, DeviceBackend, DeviceRequest, FitCandidate, FitResult, Mutation
+from hami_core.testing import DeviceBackendConformance
+from hami_core.testing.conformance import ConformanceKit
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "third-party-plugin"
+if str(EXAMPLE) not in sys.path:
+    sys.path.insert(0, str(EXAMPLE))
+
+import hami_acme.plugin  # noqa: E402 - after the sys.path line above
+from hami_acme import backend as acme  # noqa: E402
+
+
+def _load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"hami_acme_example_tests.{name}", EXAMPLE / "tests" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_conformance = _load("test_conformance")
+_backend_tests = _load("test_backend")
+
+# The example's own tests, collected here.
+TestAcmeConformance = _conformance.TestAcmeConformance
+for _name in dir(_backend_tests):
+    if _name.startswith("test_") or _name == "engine":
+        globals()[_name] = getattr(_backend_tests, _name)
+
+
+def test_example_declares_the_entry_point() -> None:
+    text = (EXAMPLE / "pyproject.toml").read_text(encoding="utf-8")
+    assert '[project.entry-points."hami.devices"]\nacme = "hami_acme.plugin"' in text
+
+
+# ------------------------------------------------------------------------------------------ broken plugins
+class _Acme:
+    """hami_acme.plugin as an object, so single hooks can be swapped for broken ones."""
+
+    __name__ = "hami_acme_broken"
+    hami_device_backends = staticmethod(hami_acme.plugin.hami_device_backends)
+    hami_node_devices = staticmethod(hami_acme.plugin.hami_node_devices)
+    hami_mutate_container = staticmethod(hami_acme.plugin.hami_mutate_container)
+    hami_container_request = staticmethod(hami_acme.plugin.hami_container_request)
+    hami_filter_nodes = staticmethod(hami_acme.plugin.hami_filter_nodes)
+
+
+class FreeTextReasons(_Acme):
+    @hookimpl
+    def hami_filter_nodes(self, backend: DeviceBackend, request: DeviceRequest, candidates: Sequence[FitCandidate],
+                          policy: Any) -> list[FitResult] | None:
+        results = hami_acme.plugin.hami_filter_nodes(backend=backend, request=request, candidates=candidates,
+                                                     policy=policy)
+        if results is None:
+            return None
+        return [r if r.ok else FitResult.unschedulable("no room on this node") for r in results]
+
+
+class OverAllocates(_Acme):
+    @hookimpl
+    def hami_filter_nodes(self, backend: DeviceBackend, request: DeviceRequest,
+                          candidates: Sequence[FitCandidate]) -> list[FitResult] | None:
+        if backend.vendor != acme.VENDOR:
+            return None
+        # Ignores usage: always the preferred card.
+        return [FitResult.success([ContainerDevice(c.devices[-1].id, acme.COMMON_WORD, request.memreq,
+                                                   request.coresreq, c.devices[-1].index)]) for c in candidates]
+
+
+class FirstDeviceOnly(_Acme):
+    @hookimpl
+    def hami_filter_nodes(self, backend: DeviceBackend, request: DeviceRequest,
+                          candidates: Sequence[FitCandidate]) -> list[FitResult] | None:
+        if backend.vendor != acme.VENDOR:
+            return None
+        out = []
+        for cand in candidates:
+            # Position-dependent: only the card the node registered first is ever used.
+            first = cand.node.devices[acme.COMMON_WORD][0].id
+            out.append(standard_fit([d for d in cand.devices if d.id == first], request))
+        return out
+
+
+class DefaultRequest(_Acme):
+    @hookimpl
+    def hami_container_request(self, backend: DeviceBackend, container: Any) -> DeviceRequest | None:
+        if backend.vendor != acme.VENDOR:
+            return None
+        return acme.container_request(backend, container) or DeviceRequest(acme.COMMON_WORD, 1, 0, 100, 0)
+
+
+class CrashesOnPlainNodes(_Acme):
+    @hookimpl
+    def hami_node_devices(self, backend: DeviceBackend, node: Any) -> Any:
+        if backend.vendor != acme.VENDOR:
+            return None
+        raw = node["metadata"]["annotations"][acme.REGISTER]
+        return hami_acme.plugin.hami_node_devices(backend=backend, node=node) if raw else []
+
+
+class SwallowsBadRegistration(_Acme):
+    @hookimpl
+    def hami_node_devices(self, backend: DeviceBackend, node: Any) -> Any:
+        try:
+            return hami_acme.plugin.hami_node_devices(backend=backend, node=node)
+        except ValueError:
+            return []
+
+
+class ForgetsAllocation(_Acme):
+    @hookimpl
+    def hami_decode_allocation(self, backend: DeviceBackend) -> Any:
+        return () if backend.vendor == acme.VENDOR else None
+
+
+class NegativeScore(_Acme):
+    @hookimpl
+    def hami_prescore_nodes(self, batch: Any) -> list[float]:
+        # "higher is better" inverted, and large enough to beat the default score.
+        return [-1000.0 * float(row[0]) for row in batch.totals]
+
+
+class AppendsEnv(_Acme):
+    @hookimpl
+    def hami_mutate_container(self, backend: DeviceBackend, container: dict[str, Any]) -> Mutation | None:
+        if backend.vendor != acme.VENDOR:
+            return None
+        container.setdefault("env", []).append({"name": "ACME_VISIBLE", "value": "all"})
+        return Mutation(acme.requests_card(backend, container))
+
+
+BROKEN = [
+    pytest.param(FreeTextReasons, "test_reasons_parse_into_hami_words", "do not parse", id="free-text-reasons"),
+    pytest.param(OverAllocates, "test_fit_never_exceeds_capacity", None, id="over-allocation"),
+    pytest.param(FirstDeviceOnly, "test_feasibility_does_not_depend_on_device_order", None, id="order-dependent"),
+    pytest.param(DefaultRequest, "test_empty_container_requests_nothing", None, id="default-request"),
+    pytest.param(CrashesOnPlainNodes, "test_node_without_registration_has_no_devices", None, id="crash-on-plain-node"),
+    pytest.param(SwallowsBadRegistration, "test_malformed_registration_is_a_clear_error", "WireFormatError",
+                 id="swallowed-wire-error"),
+    pytest.param(ForgetsAllocation, "test_allocation_round_trips_through_decoder", None, id="lost-allocation"),
+    pytest.param(NegativeScore, "test_scores_respect_policy_direction", "chose", id="inverted-score"),
+    pytest.param(AppendsEnv, "test_admission_is_idempotent", None, id="non-idempotent-admission"),
+]
+
+
+@pytest.fixture
+def acme_kit() -> ConformanceKit:
+    suite = _conformance.TestAcmeConformance()
+    node = suite.device_node.__wrapped__(suite)
+    # Two different cards, so that a fit that depends on their order places a different number of pods.
+    cards = json.loads(node["metadata"]["annotations"][acme.REGISTER])
+    cards[1].update(count=2, devmem=8192)
+    node["metadata"]["annotations"][acme.REGISTER] = json.dumps(cards)
+    pod = suite.fitting_pod.__wrapped__(suite)
+    return ConformanceKit(hami_acme.plugin, {"acme": {}}, node, pod, _malformed(node))
+
+
+def _malformed(node: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    bad = copy.deepcopy(node)
+    bad["metadata"]["annotations"][acme.REGISTER] = "{not a registration"
+    return bad, acme.REGISTER
+
+
+@pytest.mark.parametrize(("plugin", "check", "message"), BROKEN)
+def test_broken_plugin_fails_the_named_check(acme_kit: ConformanceKit, plugin: type, check: str,
+                                             message: str | None) -> None:
+    suite = DeviceBackendConformance()
+    getattr(suite, check)(acme_kit)  # the real example passes
+    broken = ConformanceKit(plugin(), acme_kit.device_config, acme_kit.device_node, acme_kit.fitting_pod,
+                            acme_kit.malformed_node)
+    with pytest.raises(Exception, match=message) as info:
+        getattr(suite, check)(broken)
+    assert not isinstance(info.value, pytest.skip.Exception)
+
+
+def test_every_check_has_a_broken_example() -> None:
+    checks = {name for name in dir(DeviceBackendConformance) if name.startswith("test_")}
+    covered = {p.values[1] for p in BROKEN}
+    assert checks - covered == {"test_fixtures_are_usable"}
+    for name in checks:
+        doc = getattr(DeviceBackendConformance, name).__doc__ or ""
+        assert "Prevents:" in doc, f"{name} does not name the bug it prevents"
+
+
+@pytest.mark.parametrize("path", ["pyproject.toml", "hami_acme/__init__.py", "hami_acme/backend.py",
+                                  "hami_acme/plugin.py", "tests/test_conformance.py", "tests/test_backend.py"])
+def test_tutorial_shows_the_example_files_verbatim(path: str) -> None:
+    tutorial = (EXAMPLE.parents[1] / "docs" / "plugin-authoring.md").read_text(encoding="utf-8")
+    assert (EXAMPLE / path).read_text(encoding="utf-8").rstrip("\n") in tutorial, f"{path} drifted from the tutorial"
+
+
+def test_tutorial_lists_every_check() -> None:
+    tutorial = (EXAMPLE.parents[1] / "docs" / "plugin-authoring.md").read_text(encoding="utf-8")
+    for name in dir(DeviceBackendConformance):
+        if name.startswith("test_"):
+            assert f"`{name}`" in tutorial
