@@ -2,7 +2,8 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-PLUGIN_DIRS := $(sort $(dir $(wildcard plugins/*/pyproject.toml)))
+# Every vendor package, plus the third-party example plugin (installed like a user would install theirs).
+PLUGIN_DIRS := $(sort $(dir $(wildcard plugins/*/pyproject.toml))) examples/hami-example-vendor/
 STAMP  := $(VENV)/.installed
 
 .PHONY: setup test lint demo bench clean
@@ -10,7 +11,7 @@ STAMP  := $(VENV)/.installed
 setup: $(STAMP)
 
 # Reinstall when any distribution's metadata changes (new plugin, new dependency).
-$(STAMP): pyproject.toml $(wildcard plugins/*/pyproject.toml)
+$(STAMP): pyproject.toml $(wildcard plugins/*/pyproject.toml) examples/hami-example-vendor/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]' \
 		$(foreach p,$(PLUGIN_DIRS),-e '$(p:/=)[test]')

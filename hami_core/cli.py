@@ -69,6 +69,9 @@ def _build_parser() -> argparse.ArgumentParser:
         "plugins", parents=[common], help="list plugins and the backends they register",
         description="List built-in and installed plugins, why any was skipped, and the device backends each "
                     "registers with the device configuration (default: every vendor section at HAMi's chart defaults).")
+    plugins.add_argument("action", nargs="?", choices=("list", "check"), default="list",
+                         help="list (default) the plugins; check: load every plugin, register its backends and "
+                              "exit 1 on any contract problem or failed import")
     plugins.add_argument("--json", action="store_true", help="print JSON instead of a table")
     plugins.add_argument("--config", metavar="PATH", help="device-config.yaml to compute backends with")
     plugins.set_defaults(command="plugins", handler=_cmd_plugins)
@@ -383,6 +386,8 @@ def _with_scheduler(config: Any, overrides: Mapping[str, str]) -> Any:
 
 
 def _cmd_plugins(args: argparse.Namespace, _extra: list[str]) -> int:
+    if getattr(args, "action", "list") == "check":
+        return _cmd_plugins_check(args)
     pm = get_plugin_manager()
     import yaml
 
@@ -434,6 +439,41 @@ def _plugin_rows(pm: HamiPluginManager, devices: Mapping[str, Any]) -> tuple[lis
         rows.append({"name": report.name, "distribution": report.distribution, "version": report.version,
                      "status": report.status, "reason": report.reason, "backends": backends})
     return rows, backends_error
+
+
+def _cmd_plugins_check(args: argparse.Namespace) -> int:
+    """Load every plugin and register its backends; report each problem on one line; exit 1 if any."""
+    import yaml
+
+    from hami_core.engine.config import load_config
+    from hami_core.engine.facade import Engine
+    from hami_core.sim.loader import bundled
+
+    problems: list[str] = []
+    try:
+        pm = get_plugin_manager()
+    except HamiError as exc:  # a contract error (bad signature, unknown hook, duplicate name) names the plugin
+        problems.append(_one_line(exc))
+        pm = None
+    if pm is not None:
+        problems += [f"plugin {r.name} ({r.distribution or '?'} {r.version or ''}): failed to load: {r.reason}"
+                     for r in pm.reports if r.status == "failed"]
+        path = getattr(args, "config", None)
+        config = load_config(path) if path else load_config(yaml.safe_load(bundled("device-config.yaml")))
+        try:
+            engine = Engine(config, plugins=pm)
+            engine.policies()
+        except HamiError as exc:
+            problems.append(_one_line(exc))
+    if args.json:
+        json.dump({"ok": not problems, "problems": problems}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    elif problems:
+        for line in problems:
+            print(f"problem: {line}")
+    else:
+        print(f"ok: {len(pm.reports) if pm else 0} plugins loaded, contracts valid")
+    return 1 if problems else 0
 
 
 def _cmd_version(_args: argparse.Namespace, _extra: list[str]) -> int:

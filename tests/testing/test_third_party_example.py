@@ -1,4 +1,4 @@
-"""The example third-party plugin (examples/third-party-plugin, hami-acme) under ``make test``.
+"""The example third-party plugin (examples/hami-example-vendor, hami-acme) under ``make test``.
 
 ``make test`` collects only ``tests`` and ``plugins``; this module puts the example on ``sys.path``, imports its
 plugin module explicitly (no install, no subprocess) and re-exports its tests. It then breaks the example on
@@ -24,7 +24,7 @@ from hami_core.plugins.types import ContainerDevice, DeviceBackend, DeviceReques
 from hami_core.testing import DeviceBackendConformance
 from hami_core.testing.conformance import ConformanceKit
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "third-party-plugin"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "hami-example-vendor"
 if str(EXAMPLE) not in sys.path:
     sys.path.insert(0, str(EXAMPLE))
 
