@@ -26,7 +26,7 @@ def test_bundled_demo_places_what_fits(capsys: pytest.CaptureFixture[str]) -> No
     run = report["runs"][0]
     assert (run["policy"], run["node_policy"], run["gpu_policy"], run["seed"]) == ("binpack/spread", "binpack",
                                                                                     "spread", None)
-    assert run["tasks"] == 44 and run["placed"] == 41 and run["failed"] == 3
+    assert run["tasks"] == 51 and run["placed"] == 48 and run["failed"] == 3
     # a pod without devices still gets a node (binpack: the most allocated one that has room)
     assert pods["default/web-frontend"]["skipped"] and pods["default/web-frontend"]["node"] == "gpu-a100-0"
     big = pods["research/too-big"]
@@ -46,7 +46,7 @@ def test_table_report(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate", "--no-progress"]) == 0
     out = capsys.readouterr().out
     for text in ("Placements (arrival order", "Device usage per node", "Policies compared",
-                 "40/43 pods requesting devices were placed"):
+                 "47/50 pods requesting devices were placed"):
         assert text in out
 
 
@@ -163,7 +163,7 @@ def test_bundled_cluster_has_a_node_of_every_vendor(capsys: pytest.CaptureFixtur
     by_node = {p["node"] for p in report["runs"][0]["placements"] if p["node"]}
     expected = {"ascend": "ascend-910b3-0", "cambricon": "mlu370-node-0", "hygon": "dcu-node-0",
                 "iluvatar": "iluvatar-bi150-0", "metax": "metax-sgpu-node-1", "mthreads": "mtt-node-1",
-                "nvidia": "gpu-a100-0"}
+                "nvidia": "gpu-a100-0", "kunlun": "kl-node-1", "enflame": "enflame-drs-node-1"}
     for vendor, node in expected.items():
         if vendor in installed:
             assert node in by_node, f"{vendor}: no pod placed on {node}"
