@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 PLUGIN_DIRS := $(sort $(dir $(wildcard plugins/*/pyproject.toml))) examples/hami-example-vendor/
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup test lint demo bench clean
+.PHONY: setup test lint demo bench clean image docs
 
 setup: $(STAMP)
 
@@ -28,6 +28,17 @@ demo: setup
 
 bench: setup
 	$(BIN)/python benchmarks/bench_schedule.py
+
+# Container image (needs a Docker engine): make image IMAGE=registry/hami-py:tag PLUGINS="nvidia metax"
+IMAGE   ?= hami-py:latest
+PLUGINS ?= all
+image:
+	docker build --build-arg PLUGINS="$(PLUGINS)" -t $(IMAGE) .
+
+# Static documentation site from docs/ (mkdocs.yml) into site/.
+docs: setup
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[docs]'
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -d site
 
 clean:
 	rm -rf $(VENV) build *.egg-info plugins/*/*.egg-info .pytest_cache .ruff_cache
