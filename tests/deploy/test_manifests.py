@@ -132,6 +132,28 @@ def test_overlay_renders_with_kubectl(overlay: Path) -> None:
     else:
         assert "Job" in kinds
     assert ("ServiceMonitor" in kinds) == (overlay.name == "prometheus")
+    _validate_against_kubernetes(objs)
+
+
+#: The Kubernetes version the manifests are validated against (kubernetes-validate's bundled schemas).
+KUBERNETES_VERSION = "1.31.0"
+#: Custom resources (cert-manager, Prometheus operator) have no schema in kubernetes-validate.
+CUSTOM_KINDS = {"Certificate", "Issuer", "ServiceMonitor"}
+
+
+def _validate_against_kubernetes(objs: list[dict[str, Any]]) -> None:
+    try:
+        import kubernetes_validate
+    except ImportError:
+        pytest.skip("kubernetes-validate not installed: rendered objects not schema-validated")
+    for obj in objs:
+        if obj["kind"] in CUSTOM_KINDS:
+            continue
+        try:
+            kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            raise AssertionError(f"{obj['kind']}/{obj['metadata']['name']}: {exc.message} at "
+                                 f"{'/'.join(str(p) for p in exc.path)}") from None
 
 
 # --- scheduler -----------------------------------------------------------------------------------------
