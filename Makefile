@@ -27,7 +27,7 @@ demo: setup
 	$(BIN)/hami simulate
 
 bench: setup
-	$(BIN)/python benchmarks/bench_schedule.py
+	$(BIN)/python benchmarks/run.py $(BENCH_ARGS)
 
 # Container image (needs a Docker engine): make image IMAGE=registry/hami-py:tag PLUGINS="nvidia metax"
 IMAGE   ?= hami-py:latest

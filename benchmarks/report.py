@@ -1,0 +1,77 @@
+"""Render ``benchmarks/run.py --json`` output as the Markdown tables of docs/performance.md, with the targets.
+
+    python benchmarks/run.py --json > bench.json && python benchmarks/report.py bench.json
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+
+def ms(d: dict[str, float]) -> str:
+    return f"{d['p50_ms']:.2f} / {d['p99_ms']:.2f}"
+
+
+def verdict(ok: bool) -> str:
+    return "met" if ok else "**not met**"
+
+
+def render(doc: dict[str, Any]) -> str:
+    s, out = doc["sections"], []
+    if "schedule" in s:
+        out += ["### 1. `Engine.schedule()` (ms, p50 / p99)", "",
+                "| nodes | usage | 1 GPU limit=1 | 2 GPUs limit=1 | 2 containers limit=1 | 1 GPU full eval | target |",
+                "|---:|---:|---:|---:|---:|---:|---|"]
+        for r in s["schedule"]:
+            target = ""
+            if r["nodes"] == 5000 and abs(r["usage"] - 0.5) < 1e-9:
+                target = f"p99 < 2 ms: {verdict(r['1gpu']['p99_ms'] < 2)}"
+            out.append(f"| {r['nodes']} | {r['usage']:.0%} | {ms(r['1gpu'])} | {ms(r['2gpu'])} | {ms(r['2ctr'])} "
+                       f"| {ms(r['1gpu_full'])} | {target} |")
+        out.append("")
+    if "http" in s:
+        out += ["### 2. HTTP extender, 1-GPU pod (ms, p50 / p99)", "",
+                "| nodes | usage | /filter shipped | /bind shipped | /filter TCP_NODELAY | /bind TCP_NODELAY "
+                "| JSON floor | filter p99 / floor p99 | target (≤ 2x) |",
+                "|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+        for r in s["http"]:
+            ratio_shipped = r["shipped"]["filter"]["p99_ms"] / r["floor"]["p99_ms"]
+            out.append(f"| {r['nodes']} | {r['usage']:.0%} | {ms(r['shipped']['filter'])} | {ms(r['shipped']['bind'])} "
+                       f"| {ms(r['filter'])} | {ms(r['bind'])} | {ms(r['floor'])} "
+                       f"| {ratio_shipped:.0f}x shipped, {r['filter_p99_over_floor_p99']:.0f}x nodelay "
+                       f"| {verdict(r['filter_p99_over_floor_p99'] <= 2)} |")
+        out.append("")
+    if "throughput" in s:
+        out += ["### 3. Sustained filter + bind over HTTP", "",
+                "| nodes | server | client threads | pods | bound | lock retries | wall s | pods/s "
+                "| target (> 1,000/s) |",
+                "|---:|---|---:|---:|---:|---:|---:|---:|---|"]
+        for r in s["throughput"]:
+            out.append(f"| {r['nodes']} | {r['server']} | {r['threads']} | {r['pods']} | {r['bound']} | {r['retries']} "
+                       f"| {r['wall_s']:.1f} | {r['pods_per_s']:.0f} | {verdict(r['pods_per_s'] > 1000)} |")
+        out.append("")
+    if "memory" in s:
+        r = s["memory"]
+        out += ["### 4. Memory", "",
+                "| nodes | GPUs | pods | RSS MiB | of which imports | peak MiB | target (< 300 MB) |",
+                "|---:|---:|---:|---:|---:|---:|---|",
+                f"| {r['nodes']} | {r['gpus']} | {r['pods']} | {r['rss_mb']:.0f} | {r['baseline_rss_mb']:.0f} "
+                f"| {r['peak_rss_mb']:.0f} | {verdict(r['rss_mb'] * 1.048576 < 300)} |", ""]
+    if "simulate" in s:
+        r = s["simulate"]
+        out += ["### 5. `hami simulate`, openb default trace", ""]
+        if "skipped" in r:
+            out.append(f"skipped: {r['skipped']}")
+        else:
+            out += ["| trace | policy | seed | exit | wall s | target (< 10 s) |", "|---|---|---:|---:|---:|---|",
+                    f"| {r['trace']} | {r['policy']} | {r['seed']} | {r['rc']} | {r['wall_s']:.1f} "
+                    f"| {verdict(r['rc'] == 0 and r['wall_s'] < 10)} |"]
+        out.append("")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    with open(sys.argv[1]) as fh:
+        print(render(json.load(fh)))

@@ -1,0 +1,516 @@
+"""The hami-py benchmark suite (``make bench``): one rich table per section, or ``--json``.
+
+Sections (``--sections 1,2,...``):
+
+1. ``Engine.schedule()`` for one pod (1 GPU, 2 GPUs, a 2-container pod) on N nodes x 8 GPUs at several usage
+   levels, p50/p99 with ``limit=1`` (best-first, as the extender calls it) plus the full evaluation of the
+   1-GPU pod;
+2. the same 1-GPU pod through the HTTP extender (``/filter`` + ``/bind`` over 127.0.0.1 against the
+   in-memory cluster), next to the JSON floor (decode the ExtenderArgs body, encode the reply);
+3. sustained throughput: pods filtered and bound through HTTP on 1,000 nodes, 1 and 4 client threads;
+4. memory: RSS of an engine holding N nodes x 8 GPUs and M booked pods (in a clean subprocess);
+5. ``hami simulate`` on the openb default trace, one seed, binpack (wall time of a subprocess).
+
+No figure here is asserted anywhere; ``docs/performance.md`` records a run against the targets of issue 11.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import http.client
+import json
+import os
+import random
+import resource
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from bench_schedule import GPU_MEM, GPUS_PER_NODE  # noqa: E402
+
+from hami_core.engine.facade import Engine  # noqa: E402
+
+console = Console(stderr=True)
+
+FULL = {"nodes": [1000, 5000, 10000], "usage": [0.0, 0.5, 0.9], "pods": 1000, "full_eval": 50, "http_pods": 300,
+        "http_shipped_pods": 30, "tp_nodes": 1000, "tp_pods": 10000, "mem_nodes": 10000, "mem_pods": 50000}
+QUICK = {"nodes": [200, 1000], "usage": [0.0, 0.5], "pods": 100, "full_eval": 10, "http_pods": 50,
+         "http_shipped_pods": 10, "tp_nodes": 1000, "tp_pods": 1000, "mem_nodes": 1000, "mem_pods": 5000}
+
+
+# --------------------------------------------------------------------------------------------- builders
+
+def node_obj(n: int) -> dict[str, Any]:
+    devs = [{"id": f"GPU-{n:05d}-{g}", "index": g, "count": 10, "devmem": GPU_MEM, "devcore": 100,
+             "type": "NVIDIA H100 80GB HBM3", "numa": g // 4, "mode": "hami-core", "health": True}
+            for g in range(GPUS_PER_NODE)]
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": f"node-{n:05d}", "annotations": {"hami.io/node-nvidia-register": json.dumps(devs)}},
+            "status": {"allocatable": {"nvidia.com/gpu": str(10 * GPUS_PER_NODE)},
+                       "capacity": {"nvidia.com/gpu": str(10 * GPUS_PER_NODE)}}}
+
+
+def running_pod(name: str, node: int, gpu: int, mem: int, cores: int) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "bench", "uid": name,
+                         "annotations": {"hami.io/vgpu-node": f"node-{node:05d}",
+                                         "hami.io/vgpu-devices-allocated":
+                                             f"GPU-{node:05d}-{gpu},NVIDIA,{mem},{cores}:;"}},
+            "spec": {"nodeName": f"node-{node:05d}", "containers": [{"name": "c"}]},
+            "status": {"phase": "Running"}}
+
+
+def usage_pods(nodes: int, usage: float, seed: int = 1) -> Iterator[dict[str, Any]]:
+    """One running pod per GPU whose share is drawn around ``usage`` (as bench_schedule.build)."""
+    if usage <= 0:
+        return
+    rng = random.Random(seed)
+    for n in range(nodes):
+        for g in range(GPUS_PER_NODE):
+            share = min(max(rng.gauss(usage, 0.15), 0.0), 0.95)
+            yield running_pod(f"run-{n}-{g}", n, g, int(GPU_MEM * share), int(100 * share))
+
+
+def build_engine(nodes: int, usage: float) -> Engine:
+    engine = Engine({"nvidia": {}})
+    for n in range(nodes):
+        engine.upsert_node(node_obj(n))
+    for p in usage_pods(nodes, usage):
+        engine.upsert_pod(p)
+    return engine
+
+
+def request_pod(kind: str, name: str = "bench-pod") -> dict[str, Any]:
+    def limits(gpus: int) -> dict[str, str]:
+        return {"nvidia.com/gpu": str(gpus), "nvidia.com/gpumem": "4000", "nvidia.com/gpucores": "5"}
+
+    containers = {"1gpu": [{"name": "c", "resources": {"limits": limits(1)}}],
+                  "2gpu": [{"name": "c", "resources": {"limits": limits(2)}}],
+                  "2ctr": [{"name": "a", "resources": {"limits": limits(1)}},
+                           {"name": "b", "resources": {"limits": limits(1)}}]}[kind]
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "bench", "uid": f"uid-{name}"},
+            "spec": {"schedulerName": "hami-scheduler", "containers": containers}, "status": {"phase": "Pending"}}
+
+
+def pct(samples: list[float]) -> dict[str, float]:
+    s = sorted(samples)
+    return {"p50_ms": statistics.median(s), "p99_ms": s[min(len(s) - 1, int(len(s) * 0.99))],
+            "mean_ms": statistics.fmean(s)}
+
+
+def timed(fn: Any, iterations: int) -> dict[str, float]:
+    fn()  # warm
+    samples = []
+    for _ in range(iterations):
+        t0 = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - t0) * 1000)
+    return pct(samples)
+
+
+# --------------------------------------------------------------------------------------------- section 1
+
+def section_schedule(cfg: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for n in cfg["nodes"]:
+        for usage in cfg["usage"]:
+            t0 = time.perf_counter()
+            with console.status(f"[1] building {n} nodes x {GPUS_PER_NODE} GPUs at {usage:.0%}"):
+                engine = build_engine(n, usage)
+            build_s = time.perf_counter() - t0
+            gc.freeze()  # as a long-running scheduler after its initial sync
+            row: dict[str, Any] = {"nodes": n, "usage": usage, "build_s": build_s}
+            with console.status(f"[1] schedule() on {n} nodes at {usage:.0%}"):
+                for kind in ("1gpu", "2gpu", "2ctr"):
+                    p = request_pod(kind)
+
+                    def one(p: dict[str, Any] = p, e: Engine = engine) -> None:
+                        assert e.schedule(p, limit=1).node is not None
+
+                    row[kind] = timed(one, cfg["pods"])
+                p = request_pod("1gpu")
+
+                def full(p: dict[str, Any] = p, e: Engine = engine) -> None:
+                    assert e.schedule(p).node is not None
+
+                row["1gpu_full"] = timed(full, cfg["full_eval"])
+            gc.unfreeze()
+            rows.append(row)
+            del engine
+            gc.collect()
+    return rows
+
+
+def table_schedule(rows: list[dict[str, Any]], cfg: dict[str, Any]) -> Table:
+    t = Table(title=f"1. Engine.schedule(limit=1), {cfg['pods']} pods per cell; full evaluation over "
+                    f"{cfg['full_eval']} (ms, p50 / p99)")
+    for col in ("nodes", "usage", "1 GPU", "2 GPUs", "2 containers", "1 GPU full eval", "build s"):
+        t.add_column(col, justify="right")
+    for r in rows:
+        t.add_row(str(r["nodes"]), f"{r['usage']:.0%}",
+                  *(f"{r[k]['p50_ms']:.2f} / {r[k]['p99_ms']:.2f}" for k in ("1gpu", "2gpu", "2ctr", "1gpu_full")),
+                  f"{r['build_s']:.1f}")
+    return t
+
+
+# --------------------------------------------------------------------------------------------- HTTP helpers
+
+class Service:
+    """The real scheduler service on 127.0.0.1 over a MemoryCluster of ``nodes`` at ``usage``."""
+
+    def __init__(self, nodes: int, usage: float, nodelay: bool = False) -> None:
+        from hami_core.cluster.memory import MemoryCluster
+        from hami_core.scheduler.app import Options, Scheduler
+
+        self.names = [f"node-{n:05d}" for n in range(nodes)]
+        self.cluster = MemoryCluster(nodes=[node_obj(n) for n in range(nodes)], pods=usage_pods(nodes, usage))
+        self.svc = Scheduler(Engine({"nvidia": {}}), self.cluster,
+                             Options(host="127.0.0.1", port=0, metrics_host=None, resync_s=3600.0))
+        logging_quiet()
+        if nodelay:
+            # Not shipped: what the one-line fix gives. As shipped, the handler writes the headers and the body
+            # in two send()s, so Nagle waits for the client's delayed ACK (~40 ms) on every response.
+            self.svc.server.httpd.RequestHandlerClass.disable_nagle_algorithm = True  # type: ignore[attr-defined]
+        self.svc.start()
+        self.host, self.port = self.svc.server.address[:2]
+
+    def conn(self) -> http.client.HTTPConnection:
+        return http.client.HTTPConnection(self.host, self.port, timeout=60)
+
+    def stop(self) -> None:
+        self.svc.stop()
+
+    def release_lock(self, node: str) -> None:
+        """What the device plugin does after Allocate: drop the node lock (not scheduler cost)."""
+        from hami_core.wire import keys
+
+        self.cluster.patch_node(node, {"metadata": {"annotations": {keys.NODE_LOCK: None}}})
+
+
+def logging_quiet() -> None:
+    import logging
+
+    logging.getLogger("hami").setLevel(logging.ERROR)
+
+
+def post(conn: http.client.HTTPConnection, path: str, body: bytes) -> Any:
+    conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    data = resp.read()
+    if resp.status != 200:
+        raise RuntimeError(f"{path}: HTTP {resp.status}: {data[:200]!r}")
+    return json.loads(data)
+
+
+# --------------------------------------------------------------------------------------------- section 2
+
+def section_http(cfg: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for n in cfg["nodes"]:
+        for usage in cfg["usage"]:
+            with console.status(f"[2] starting the extender on {n} nodes at {usage:.0%}"):
+                svc = Service(n, usage)
+            gc.freeze()
+            try:
+                with console.status(f"[2] /filter + /bind on {n} nodes at {usage:.0%}"):
+                    shipped = http_cell(svc, cfg["http_shipped_pods"])
+                    svc.svc.server.httpd.RequestHandlerClass.disable_nagle_algorithm = True  # type: ignore[attr-defined]
+                    rows.append({"nodes": n, "usage": usage, **http_cell(svc, cfg["http_pods"]),
+                                 "shipped": shipped})
+            finally:
+                gc.unfreeze()
+                svc.stop()
+                del svc
+                gc.collect()
+    return rows
+
+
+def http_cell(svc: Service, iterations: int) -> dict[str, Any]:
+    conn = svc.conn()
+    filt, bind, floor, body_bytes = [], [], [], 0
+    for i in range(iterations + 1):  # the first round warms up
+        pod = request_pod("1gpu", f"bench-{i}")
+        svc.cluster.add_pod(pod)
+        body = json.dumps({"Pod": pod, "Nodes": None, "NodeNames": svc.names}).encode()
+        t0 = time.perf_counter()
+        result = post(conn, "/filter", body)
+        t1 = time.perf_counter()
+        [node] = result["NodeNames"]
+        res = post(conn, "/bind", json.dumps({"PodName": pod["metadata"]["name"], "PodNamespace": "bench",
+                                              "PodUID": pod["metadata"]["uid"], "Node": node}).encode())
+        t2 = time.perf_counter()
+        if res.get("Error"):
+            raise RuntimeError(f"bind: {res['Error']}")
+        # The floor: what any Python extender pays to read this body and write this reply.
+        t3 = time.perf_counter()
+        json.loads(body)
+        json.dumps(result).encode()
+        t4 = time.perf_counter()
+        svc.release_lock(node)
+        svc.cluster.delete_pod("bench", pod["metadata"]["name"])  # keep the usage level constant
+        if i:
+            filt.append((t1 - t0) * 1000)
+            bind.append((t2 - t1) * 1000)
+            floor.append((t4 - t3) * 1000)
+            body_bytes = len(body)
+    conn.close()
+    f, fl = pct(filt), pct(floor)
+    return {"filter": f, "bind": pct(bind), "floor": fl, "body_bytes": body_bytes,
+            "filter_p99_over_floor_p99": f["p99_ms"] / fl["p99_ms"] if fl["p99_ms"] else None}
+
+
+def table_http(rows: list[dict[str, Any]], cfg: dict[str, Any]) -> Table:
+    t = Table(title=f"2. HTTP extender, 1-GPU pod (ms, p50 / p99): as shipped over {cfg['http_shipped_pods']} pods, "
+                    f"server with TCP_NODELAY over {cfg['http_pods']} pods")
+    for col in ("nodes", "usage", "/filter shipped", "/bind shipped", "/filter nodelay", "/bind nodelay",
+                "JSON floor", "body KiB", "filter p99 / floor p99 (nodelay)"):
+        t.add_column(col, justify="right")
+    for r in rows:
+        t.add_row(str(r["nodes"]), f"{r['usage']:.0%}",
+                  *(f"{r['shipped'][k]['p50_ms']:.2f} / {r['shipped'][k]['p99_ms']:.2f}" for k in ("filter", "bind")),
+                  *(f"{r[k]['p50_ms']:.2f} / {r[k]['p99_ms']:.2f}" for k in ("filter", "bind", "floor")),
+                  f"{r['body_bytes'] / 1024:.0f}", f"{r['filter_p99_over_floor_p99']:.1f}x")
+    return t
+
+
+# --------------------------------------------------------------------------------------------- section 3
+
+def section_throughput(cfg: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for threads, nodelay, count in ((1, False, max(1, cfg["tp_pods"] // 10)), (1, True, cfg["tp_pods"]),
+                                    (4, True, cfg["tp_pods"])):
+        mode = "TCP_NODELAY" if nodelay else "as shipped"
+        with console.status(f"[3] {count} pods through HTTP on {cfg['tp_nodes']} nodes, {threads} thread(s), {mode}"):
+            svc = Service(cfg["tp_nodes"], 0.0, nodelay=nodelay)
+            pods = [request_pod("1gpu", f"tp-{i}") for i in range(count)]
+            for p in pods:
+                svc.cluster.add_pod(p)
+            gc.freeze()
+            try:
+                rows.append({"threads": threads, "server": mode, "nodes": cfg["tp_nodes"],
+                             **throughput(svc, pods, threads)})
+            finally:
+                gc.unfreeze()
+                svc.stop()
+                del svc
+                gc.collect()
+    return rows
+
+
+def throughput(svc: Service, pods: list[dict[str, Any]], threads: int) -> dict[str, Any]:
+    queue = iter(pods)
+    qlock = threading.Lock()
+    stats = {"bound": 0, "retries": 0, "failed": 0}
+
+    def worker() -> None:
+        conn = svc.conn()
+        while True:
+            with qlock:
+                pod = next(queue, None)
+            if pod is None:
+                break
+            name = pod["metadata"]["name"]
+            for _ in range(50):  # a lost node-lock race is retried like kube-scheduler's requeue
+                body = json.dumps({"Pod": pod, "Nodes": None, "NodeNames": svc.names}).encode()
+                result = post(conn, "/filter", body)
+                if not result.get("NodeNames"):
+                    with qlock:
+                        stats["failed"] += 1
+                    break
+                node = result["NodeNames"][0]
+                res = post(conn, "/bind", json.dumps({"PodName": name, "PodNamespace": "bench",
+                                                      "PodUID": pod["metadata"]["uid"], "Node": node}).encode())
+                if not res.get("Error"):
+                    svc.release_lock(node)
+                    with qlock:
+                        stats["bound"] += 1
+                    break
+                with qlock:
+                    stats["retries"] += 1
+            else:
+                with qlock:
+                    stats["failed"] += 1
+        conn.close()
+
+    t0 = time.perf_counter()
+    workers = [threading.Thread(target=worker) for _ in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    wall = time.perf_counter() - t0
+    return {"pods": len(pods), **stats, "wall_s": wall, "pods_per_s": stats["bound"] / wall}
+
+
+def table_throughput(rows: list[dict[str, Any]]) -> Table:
+    t = Table(title="3. Sustained /filter + /bind through HTTP (1-GPU pods, empty cluster)")
+    for col in ("nodes", "server", "client threads", "pods", "bound", "lock retries", "failed", "wall s", "pods/s"):
+        t.add_column(col, justify="right")
+    for r in rows:
+        t.add_row(str(r["nodes"]), r["server"], str(r["threads"]), str(r["pods"]), str(r["bound"]), str(r["retries"]),
+                  str(r["failed"]), f"{r['wall_s']:.1f}", f"{r['pods_per_s']:.0f}")
+    return t
+
+
+# --------------------------------------------------------------------------------------------- section 4
+
+def rss_mb() -> tuple[float, float]:
+    """(VmRSS, VmHWM) in MiB from /proc/self/status, falling back to getrusage's peak."""
+    try:
+        fields = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
+        return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
+    except (OSError, KeyError, ValueError):
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        return peak, peak
+
+
+def memory_child(nodes: int, pods: int) -> dict[str, Any]:
+    gc.collect()
+    base, _ = rss_mb()
+    engine = Engine({"nvidia": {}})
+    for n in range(nodes):
+        engine.upsert_node(node_obj(n))
+    for i in range(pods):  # spread round-robin: pod i on node i % nodes, GPU (i // nodes) % 8
+        n, g = i % nodes, (i // nodes) % GPUS_PER_NODE
+        engine.upsert_pod(running_pod(f"run-{i}", n, g, 1000, 1))
+    gc.collect()
+    rss, hwm = rss_mb()
+    assert engine is not None
+    return {"nodes": nodes, "gpus": nodes * GPUS_PER_NODE, "pods": pods, "baseline_rss_mb": base, "rss_mb": rss,
+            "engine_mb": rss - base, "peak_rss_mb": hwm}
+
+
+def section_memory(cfg: dict[str, Any]) -> dict[str, Any]:
+    with console.status(f"[4] RSS of {cfg['mem_nodes']} nodes and {cfg['mem_pods']} pods (subprocess)"):
+        out = subprocess.run([sys.executable, __file__, "--memory-child", f"{cfg['mem_nodes']},{cfg['mem_pods']}"],
+                             check=True, capture_output=True, text=True)
+    return json.loads(out.stdout)
+
+
+def table_memory(r: dict[str, Any]) -> Table:
+    t = Table(title="4. Memory of one engine (clean subprocess, after gc)")
+    for col in ("nodes", "GPUs", "pods", "RSS MiB", "baseline MiB (imports)", "engine MiB", "peak RSS MiB"):
+        t.add_column(col, justify="right")
+    t.add_row(str(r["nodes"]), str(r["gpus"]), str(r["pods"]), f"{r['rss_mb']:.0f}", f"{r['baseline_rss_mb']:.0f}",
+              f"{r['engine_mb']:.0f}", f"{r['peak_rss_mb']:.0f}")
+    return t
+
+
+# --------------------------------------------------------------------------------------------- section 5
+
+def traces_dir() -> Path | None:
+    for base in (ROOT.parent / "shared", ROOT / "shared"):
+        d = base / "traces" / "openb"
+        if (d / "openb_node_list_gpu_node.csv").exists() and (d / "openb_pod_list_default.csv").exists():
+            return d
+    return None
+
+
+def section_simulate(cfg: dict[str, Any]) -> dict[str, Any]:
+    d = traces_dir()
+    if d is None:
+        return {"skipped": "no openb traces under ../shared/traces/openb"}
+    hami = Path(sys.executable).with_name("hami")
+    cmd = [str(hami) if hami.exists() else "hami", "simulate", "--trace-nodes", str(d / "openb_node_list_gpu_node.csv"),
+           "--trace-pods", str(d / "openb_pod_list_default.csv"), "--policy", "binpack", "--seed", "42", "--json",
+           "--no-progress"]
+    with console.status("[5] hami simulate on the openb default trace"):
+        t0 = time.perf_counter()
+        out = subprocess.run(cmd, capture_output=True, text=True)
+        wall = time.perf_counter() - t0
+    row: dict[str, Any] = {"trace": "openb_pod_list_default", "policy": "binpack", "seed": 42, "wall_s": wall,
+                           "rc": out.returncode}
+    if out.returncode != 0:
+        row["stderr"] = out.stderr[-500:]
+    return row
+
+
+def table_simulate(r: dict[str, Any]) -> Table:
+    t = Table(title="5. hami simulate (subprocess wall time, includes interpreter start)")
+    if "skipped" in r:
+        t.add_column("skipped")
+        t.add_row(r["skipped"])
+        return t
+    for col in ("trace", "policy", "seed", "exit", "wall s"):
+        t.add_column(col, justify="right")
+    t.add_row(r["trace"], r["policy"], str(r["seed"]), str(r["rc"]), f"{r['wall_s']:.1f}")
+    return t
+
+
+# --------------------------------------------------------------------------------------------- main
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller sizes for a fast smoke run")
+    parser.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
+    parser.add_argument("--sections", default="1,2,3,4,5", help="comma list of sections to run (default all)")
+    parser.add_argument("--nodes", help="override the cluster sizes of sections 1-2 (comma list)")
+    parser.add_argument("--usage", help="override the usage levels of sections 1-2 (comma list of fractions)")
+    parser.add_argument("--pods", type=int, help="override the pods per cell of sections 1-2 and the full-evaluation "
+                                                 "count, and (x10) the throughput pods")
+    parser.add_argument("--tp-nodes", type=int, help="override the nodes of section 3")
+    parser.add_argument("--mem", help="override section 4 as NODES,PODS")
+    parser.add_argument("--memory-child", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.memory_child:
+        nodes, pods = (int(x) for x in args.memory_child.split(","))
+        json.dump(memory_child(nodes, pods), sys.stdout)
+        return 0
+
+    cfg = dict(QUICK if args.quick else FULL)
+    if args.nodes:
+        cfg["nodes"] = [int(x) for x in args.nodes.split(",")]
+    if args.usage:
+        cfg["usage"] = [float(x) for x in args.usage.split(",")]
+    if args.pods:
+        cfg.update(pods=args.pods, full_eval=min(args.pods, cfg["full_eval"]), http_pods=args.pods,
+                   http_shipped_pods=min(args.pods, cfg["http_shipped_pods"]),
+                   tp_pods=10 * args.pods)
+    if args.tp_nodes:
+        cfg["tp_nodes"] = args.tp_nodes
+    if args.mem:
+        cfg["mem_nodes"], cfg["mem_pods"] = (int(x) for x in args.mem.split(","))
+    wanted = {int(s) for s in args.sections.split(",") if s.strip()}
+
+    doc: dict[str, Any] = {"meta": {"quick": args.quick, "python": sys.version.split()[0], "cpus": os.cpu_count(),
+                                    "config": cfg}, "sections": {}}
+    out = Console(width=max(Console().width, 130))
+    started = time.perf_counter()
+    runs = ((1, "schedule", section_schedule, lambda r: table_schedule(r, cfg)),
+            (2, "http", section_http, lambda r: table_http(r, cfg)),
+            (3, "throughput", section_throughput, table_throughput),
+            (4, "memory", section_memory, table_memory),
+            (5, "simulate", section_simulate, table_simulate))
+    for number, key, run, render in runs:
+        if number not in wanted:
+            continue
+        t0 = time.perf_counter()
+        result = run(cfg)
+        doc["sections"][key] = result
+        doc["meta"][f"{key}_s"] = time.perf_counter() - t0
+        if not args.json:
+            out.print(render(result))
+    doc["meta"]["total_s"] = time.perf_counter() - started
+    if args.json:
+        json.dump(doc, sys.stdout, indent=2)
+        print()
+    else:
+        console.print(f"total {doc['meta']['total_s']:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
