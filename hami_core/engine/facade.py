@@ -285,15 +285,17 @@ class Engine:
         cycle = Cycle(hook=self.hook, backends=self.backends, pod=pod, key=key, requests=requests, policy=policy,
                       own=self.ledger.get(key))
         alive: list[NodeState] = []
-        for name in names:
-            state = self.nodes.get(name)
-            if state is None or not state.registered:
+        nodes = self.nodes
+        for name in names:  # hot: runs for every candidate node, so attribute reads are kept to a minimum
+            state = nodes.get(name)
+            if state is None or not state.by_uuid:
                 cycle.failed[name] = NODE_UNREGISTERED
             elif state.quarantine:
                 cycle.failed[name] = "node quarantined: " + "; ".join(sorted(state.quarantine.values()))
             else:
-                cycle.exclude_own(state)
                 alive.append(state)
+        if cycle.own is not None and cycle.own.node in nodes:
+            cycle.exclude_own(nodes[cycle.own.node])
         if not alive:
             return cycle.decision(None, (), {}, self.clock(), ref)
         self.table.refresh()
