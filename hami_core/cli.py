@@ -123,8 +123,8 @@ def _add_scheduler_parser(commands: Any, common: argparse.ArgumentParser) -> Non
                        help="default GPU policy, e.g. spread, binpack, topology-aware (default: the device "
                             "config's, else spread)")
     sched.add_argument("--device-config", metavar="PATH", help="device-config.yaml (default: built-in defaults)")
-    sched.add_argument("--node-lock-timeout", type=float, default=300.0, metavar="SECONDS",
-                       help="node lock expiry (default: 300)")
+    sched.add_argument("--node-lock-timeout", type=float, metavar="SECONDS",
+                       help="node lock expiry (default: the device config's scheduler.nodeLockTimeout, 300)")
     sched.add_argument("--node-lock-retry-timeout", type=float, default=28.0, metavar="SECONDS",
                        help="how long PodGroup members wait for a locked node (default: 28)")
     sched.add_argument("--resync", type=float, default=15.0, metavar="SECONDS",
@@ -343,7 +343,8 @@ def _cmd_scheduler(args: argparse.Namespace, _extra: list[str]) -> int:
     elector, elector_stop = _scheduler_leader(args, cluster)
     options = Options(host=host, port=port, metrics_host=metrics[0] if metrics else None,
                       metrics_port=metrics[1] if metrics else 0, cert_file=args.tls_cert, key_file=args.tls_key,
-                      scheduler_name=args.scheduler_name, lock_timeout_s=args.node_lock_timeout,
+                      scheduler_name=args.scheduler_name,
+                      lock_timeout_s=args.node_lock_timeout or config.scheduler.node_lock_timeout,
                       lock_retry_timeout_s=args.node_lock_retry_timeout, resync_s=args.resync)
     try:
         service = Scheduler(engine, cluster, options, is_leader=elector.is_leader if elector else None)

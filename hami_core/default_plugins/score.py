@@ -5,18 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 from hami_core.plugins.hookspecs import hookimpl
-from hami_core.plugins.types import NodeBatch, UsageTotals
-
-
-def default_score(t: UsageTotals) -> float:
-    """``10 x (used/count + usedcores/totalcore + usedmem/totalmem)``; 0 if any denominator is 0."""
-    if not t.count or not t.totalcore or not t.totalmem:
-        return 0.0
-    return 10.0 * (t.used / t.count + t.usedcores / t.totalcore + t.usedmem / t.totalmem)
+from hami_core.plugins.types import NodeBatch
 
 
 def default_scores(totals: np.ndarray) -> np.ndarray:
-    """:func:`default_score` for every row of a ``(n, 6)`` totals array, vectorised."""
+    """HAMi's default node score for every row of a ``(n, 6)`` totals array, vectorised:
+    ``10 x (used/count + usedcores/totalcore + usedmem/totalmem)``, 0 where any denominator is 0."""
     used, count, usedcores, totalcore, usedmem, totalmem = totals.T
     valid = (count > 0) & (totalcore > 0) & (totalmem > 0)
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -117,9 +117,6 @@ class Experiment:
             return list(self.tasks)
         return inflate(self.tasks, capacity, self.inflate, random.Random(seed))
 
-    def total_runs(self) -> int:
-        return len(self.policies) * (len(self.seeds) if self.seeds is not None else 1)
-
     def run(self, progress: Callable[[int], None] | None = None,
             on_start: Callable[[Policy, int | None, int], None] | None = None) -> list[RunResult]:
         results = []
