@@ -153,16 +153,28 @@ def test_hook_hami_node_lock(engine) -> None:
 
 
 def test_hook_hami_pod_bound(make_engine) -> None:
-    bound: list[tuple[str, str]] = []
+    """The extender's bind calls the hook once the Binding exists, with the decision annotations on the pod."""
+    from hami_core.cluster.memory import MemoryCluster
+    from hami_core.scheduler.extender import Extender
+
+    bound: list[tuple[str, str, bool]] = []
 
     class Audit:
         @hookimpl
         def hami_pod_bound(self, pod: Mapping[str, Any], node: str) -> None:
-            bound.append((pod["metadata"]["name"], node))
+            bound.append((pod["metadata"]["name"], node, ACME_ALLOCATED in pod["metadata"]["annotations"]))
 
     engine = make_engine(None, Audit())
-    engine.hook.hami_pod_bound(pod=make_pod("p", acme(1, 100)), node="n")
-    assert bound == [("p", "n")]
+    pod = make_pod("p", acme(1, 100))
+    cluster = MemoryCluster([make_node("n", [acme_device(0)])], [pod])
+    for node in cluster.list_nodes():
+        engine.upsert_node(node)
+    extender = Extender(engine, cluster)
+    assert extender.filter({"Pod": cluster.get_pod("default", "p"), "NodeNames": ["n"]})["NodeNames"] == ["n"]
+    assert bound == []  # filtering alone binds nothing
+    assert extender.bind({"PodName": "p", "PodNamespace": "default", "PodUID": "uid-p", "Node": "n"}) == {"Error": ""}
+    assert bound == [("p", "n", True)]
+    assert cluster.get_pod("default", "p")["spec"]["nodeName"] == "n"
 
 
 def test_hook_hami_discover_devices() -> None:
