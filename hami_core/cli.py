@@ -117,7 +117,7 @@ def _add_scheduler_parser(commands: Any, common: argparse.ArgumentParser) -> Non
     sched.add_argument("--tls-key", metavar="FILE", help="TLS private key (PEM)")
     sched.add_argument("--scheduler-name", default="hami-scheduler",
                        help="scheduler name set by the webhook and used as event source (default: hami-scheduler)")
-    sched.add_argument("--node-scheduler-policy", choices=("binpack", "spread"),
+    sched.add_argument("--node-scheduler-policy", choices=("binpack", "spread", "fgd"),
                        help="default node policy (default: the device config's, else binpack)")
     sched.add_argument("--gpu-scheduler-policy", metavar="POLICY",
                        help="default GPU policy, e.g. spread, binpack, topology-aware (default: the device "

@@ -9,4 +9,5 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "hami_core.default_plugins.lock",
     "hami_core.default_plugins.score",
     "hami_core.default_plugins.policies",
+    "hami_core.default_plugins.fgd",
 )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from hami_core.plugins.hookspecs import hookimpl
-from hami_core.plugins.types import NodeBatch
+from hami_core.plugins.types import GpuPolicy, NodeBatch
 
 
 def default_scores(totals: np.ndarray) -> np.ndarray:
@@ -18,6 +18,12 @@ def default_scores(totals: np.ndarray) -> np.ndarray:
     return np.where(valid, score, 0.0)
 
 
+#: Node policies that rank by their own prescore and include the default score themselves (as a tie-break).
+OWN_SCORE_POLICIES = frozenset({"fgd"})
+
+
 @hookimpl
-def hami_prescore_nodes(batch: NodeBatch) -> np.ndarray:
+def hami_prescore_nodes(batch: NodeBatch, policy: GpuPolicy) -> np.ndarray | None:
+    if policy.node in OWN_SCORE_POLICIES:
+        return None
     return default_scores(np.asarray(batch.totals, dtype=float).reshape(-1, 6))

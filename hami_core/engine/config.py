@@ -15,7 +15,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from hami_core.engine.policy import validate_gpu_policy
+from hami_core.engine.workload import Shape
 from hami_core.plugins.errors import ConfigError
+from hami_core.plugins.types import MEM_PERCENTAGE_UNSET
 from hami_core.wire import keys
 
 #: Top-level sections of HAMi's device-config.yaml (spec §10.1).
@@ -24,6 +26,51 @@ HAMI_SECTIONS = frozenset({"nvidia", "cambricon", "hygon", "metax", "mthreads", 
 
 #: Used when a configuration names no device section at all (HAMi's built-in test default is NVIDIA).
 DEFAULT_DEVICE_CONFIG: dict[str, Any] = {"nvidia": {}}
+
+
+class FgdClass(BaseModel):
+    """One request shape of a fixed workload mix (``scheduler.fgd.workload[]``)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+    backend: str = Field("NVIDIA", min_length=1)
+    nums: int = Field(1, gt=0)
+    cores: int = Field(0, ge=0, le=100)
+    memory: int = Field(0, ge=0, description="MiB per device")
+    mem_percentage: int | None = Field(None, alias="memPercentage", ge=0, le=100)
+    types: tuple[str, ...] = ()
+    nouse_types: tuple[str, ...] = Field((), alias="nouseTypes")
+    weight: float = Field(1.0, gt=0)
+    #: CPU (milli) and memory (MiB) a pod of this class requests from the node.
+    cpu_milli: float = Field(0, alias="cpuMilli", ge=0)
+    host_memory: float = Field(0, alias="hostMemoryMiB", ge=0)
+
+    def shape(self) -> Shape:
+        pct = MEM_PERCENTAGE_UNSET if self.mem_percentage is None else self.mem_percentage
+        return Shape(self.backend, self.nums, self.cores, self.memory, pct,
+                     tuple(t.upper() for t in self.types), tuple(t.upper() for t in self.nouse_types))
+
+
+class FgdConfig(BaseModel):
+    """``scheduler.fgd``: the fragmentation-aware node policy's view of the workload mix."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+    #: Online learning covers the last ``window`` pods the scheduler was asked about.
+    window: int = Field(1000, gt=0)
+    #: A new mix is used once it moved by more than this (total variation distance; 0 = every pod).
+    tolerance: float = Field(0.02, ge=0, le=1)
+    #: How finely fragmentation growth is scored (the paper uses 100; ties go to packing).
+    score_steps: int = Field(25, alias="scoreSteps", ge=1, le=10000)
+    #: Keep the most popular classes covering this fraction of pods.
+    coverage: float = Field(0.95, gt=0, le=1)
+    #: A fixed mix; when given, online learning is off.
+    workload: tuple[FgdClass, ...] = ()
+
+    def fixed_mix(self) -> list[tuple[Shape, float, float, float]] | None:
+        if not self.workload:
+            return None
+        return [(c.shape(), c.weight, c.cpu_milli, c.host_memory) for c in self.workload]
 
 
 class SchedulerConfig(BaseModel):
@@ -36,6 +83,7 @@ class SchedulerConfig(BaseModel):
     gpu_scheduler_policy: str = Field("spread", alias="gpuSchedulerPolicy")
     force_overwrite_default_scheduler: bool = Field(True, alias="forceOverwriteDefaultScheduler")
     node_lock_timeout: float = Field(300.0, alias="nodeLockTimeout", gt=0)
+    fgd: FgdConfig = Field(default_factory=FgdConfig)
 
     @field_validator("node_scheduler_policy")
     @classmethod

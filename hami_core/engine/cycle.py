@@ -12,9 +12,11 @@ from typing import Any
 import numpy as np
 
 from hami_core.engine.decision import Decision
+from hami_core.engine.fragmentation import fgd_device_order
 from hami_core.engine.inventory import NodeState
 from hami_core.engine.ledger import Booking
 from hami_core.engine.policy import sort_devices
+from hami_core.engine.workload import Shape, Workload
 from hami_core.plugins.errors import PluginError
 from hami_core.plugins.types import (
     ContainerDevice,
@@ -41,7 +43,9 @@ class Cycle:
     """State of one :meth:`Engine.schedule` call."""
 
     def __init__(self, *, hook: Any, backends: Mapping[str, DeviceBackend], pod: Mapping[str, Any], key: str,
-                 requests: ContainerRequests, policy: GpuPolicy, own: Booking | None) -> None:
+                 requests: ContainerRequests, policy: GpuPolicy, own: Booking | None,
+                 shapes: Sequence[Shape] = (), workload: Workload | None = None,
+                 host_need: tuple[int, int] = (0, 0)) -> None:
         self.hook = hook
         self.backends = backends
         self.pod = pod
@@ -50,6 +54,16 @@ class Cycle:
         self.policy = policy
         self.own = own
         self.failed: dict[str, str] = {}
+        # GPU policy "fgd": devices ordered by fragmentation growth under the workload mix.
+        self.workload = workload if policy.has("fgd") and workload is not None and workload.classes else None
+        self.host_need = host_need
+        self.shape_at: dict[tuple[int, str], Shape] = {}
+        it = iter(shapes)
+        for pos, container in enumerate(requests.containers):
+            for name in sorted(container):
+                shape = next(it, None)
+                if shape is not None:
+                    self.shape_at[(pos, name)] = shape
         positions = len(requests.containers)
         self.positions = positions
         # Usage overrides are only needed while a later app container still has to be placed.
@@ -131,6 +145,8 @@ class Cycle:
                 self.failed[state.name] = Reason.NodeInsufficientDevice
                 continue
             ordered = self._ordered(state, name, devs, container_reqs)
+            if self.workload is not None:
+                ordered = self._fgd_ordered(state, pos, name, ordered, devs)
             candidates.append(FitCandidate(state, ordered, self.alloc.get(state.name, empty)))
             offered.append(state)
         if not candidates:
@@ -170,6 +186,24 @@ class Cycle:
         state.order_cache[key] = (state.generation, ordered)
         return ordered
 
+    def _fgd_ordered(self, state: NodeState, pos: int, backend: str, ordered: list[DeviceUsage],
+                     devs: list[DeviceUsage]) -> list[DeviceUsage]:
+        """Devices reordered so that the one whose use grows fragmentation least is preferred."""
+        workload = self.workload
+        shape = self.shape_at.get((pos, backend))
+        classes = workload.for_backend(backend) if workload is not None and shape is not None else []
+        if not classes or shape is None or workload is None:
+            return ordered
+        free = (state.host_total[0] - state.host_used[0], state.host_total[1] - state.host_used[1])
+        key = ("fgd", backend, shape, self.host_need, workload.version, self.policy.weights)
+        cached = state.order_cache.get(key) if devs is state.devices.get(backend) else None
+        if cached is not None and cached[0] == state.generation:
+            return cached[1]
+        result = fgd_device_order(ordered, shape, classes, free, self.host_need, self.policy.weights)
+        if devs is state.devices.get(backend):
+            state.order_cache[key] = (state.generation, result)
+        return result
+
     def _record(self, state: NodeState, pos: int, init: bool, backend: str,
                 devices: tuple[ContainerDevice, ...]) -> None:
         per_backend = self.alloc.setdefault(state.name, {})
@@ -198,8 +232,11 @@ class Cycle:
     def assignment(self, state: NodeState) -> dict[str, tuple[tuple[ContainerDevice, ...], ...]]:
         return {b: tuple(slots) for b, slots in self.alloc.get(state.name, {}).items()}
 
-    def prescore(self, nodes: Sequence[NodeState], totals: np.ndarray) -> np.ndarray:
-        """Every plugin's state-only score per node (``hami_prescore_nodes``), summed."""
+    def prescore(self, nodes: Sequence[NodeState], totals: np.ndarray, **context: Any) -> np.ndarray:
+        """Every plugin's state-only score per node (``hami_prescore_nodes``), summed.
+
+        ``context``: the optional :class:`NodeBatch` fields (rows, generations, shapes, workload, cache).
+        """
         total = np.zeros(len(nodes))
         if self.own is not None:
             for i, state in enumerate(nodes):
@@ -207,7 +244,7 @@ class Cycle:
                     t = self.totals(state)
                     totals = totals.copy()
                     totals[i] = (t.used, t.count, t.usedcores, t.totalcore, t.usedmem, t.totalmem)
-        batch = NodeBatch(nodes, totals)
+        batch = NodeBatch(nodes, totals, **context)
         for answer in self.hook.hami_prescore_nodes(pod=self.pod, batch=batch, policy=self.policy):
             if answer is None:
                 continue

@@ -27,10 +27,19 @@ from hami_core.engine.cycle import Cycle
 from hami_core.engine.decision import Decision
 from hami_core.engine.inventory import NodeState
 from hami_core.engine.ledger import Booking, Ledger, collapse
-from hami_core.engine.pods import annotations, init_containers_done, is_terminal, metadata, pod_key, pod_ref
+from hami_core.engine.pods import (
+    annotations,
+    host_requests,
+    init_containers_done,
+    is_terminal,
+    metadata,
+    pod_key,
+    pod_ref,
+)
 from hami_core.engine.policy import effective_policy
 from hami_core.engine.requests import pod_requests
 from hami_core.engine.table import NodeTable
+from hami_core.engine.workload import WorkloadModel, pod_shapes
 from hami_core.plugins.errors import HamiError, PluginError, WireFormatError
 from hami_core.plugins.types import (
     ContainerRequests,
@@ -97,6 +106,16 @@ class Engine:
         self._health_state: dict[str, dict[str, Any]] = {name: {} for name in self.backends}
         # pod key → node it quarantined (undecodable allocation)
         self._quarantined_by: dict[str, str] = {}
+        # pod key → (node, CPU milli, memory MiB) it requests there; node → keys booked on it
+        self._host: dict[str, tuple[str, int, int]] = {}
+        self._host_by_node: dict[str, set[str]] = {}
+        fgd = self.config.scheduler.fgd
+        #: The request mix seen so far (or given in config), for fragmentation-aware policies.
+        self.workload = WorkloadModel(fgd.window, tolerance=fgd.tolerance, coverage=fgd.coverage,
+                                      fixed=fgd.fixed_mix(), score_steps=fgd.score_steps)
+        self._all_pod_policies: frozenset[str] | None = None
+        #: Plugins' caches that live as long as this engine (``NodeBatch.cache``).
+        self.plugin_cache: dict[str, Any] = {}
 
     def policies(self) -> list[PolicyInfo]:
         """Every scheduling policy the loaded plugins offer (``hami_scheduling_policies``), sorted."""
@@ -177,7 +196,36 @@ class Engine:
         if state is None:
             state = self.nodes[name] = NodeState(name)
             self.table.add(state)
+            for key in self._host_by_node.get(name, ()):  # pods that were booked while the node was away
+                _, cpu, mem = self._host[key]
+                state.add_host(cpu, mem, 1)
         return state
+
+    def _book_host(self, key: str, node: str, pod: Mapping[str, Any]) -> None:
+        """Count the pod's CPU and memory requests on ``node`` (replacing an earlier booking of the pod)."""
+        cpu, mem = host_requests(pod)
+        if self._host.get(key) == (node, cpu, mem):
+            return
+        self._unbook_host(key)
+        self._host[key] = (node, cpu, mem)
+        self._host_by_node.setdefault(node, set()).add(key)
+        state = self.nodes.get(node)
+        if state is not None:
+            state.add_host(cpu, mem, 1)
+
+    def _unbook_host(self, key: str) -> None:
+        entry = self._host.pop(key, None)
+        if entry is None:
+            return
+        node, cpu, mem = entry
+        keys_on_node = self._host_by_node.get(node)
+        if keys_on_node is not None:
+            keys_on_node.discard(key)
+            if not keys_on_node:
+                del self._host_by_node[node]
+        state = self.nodes.get(node)
+        if state is not None:
+            state.add_host(cpu, mem, -1)
 
     def remove_node(self, name: str) -> None:
         """Forget a node. Bookings of its pods are kept, so they reappear if the node comes back."""
@@ -200,6 +248,10 @@ class Engine:
             self.remove_pod(pod)
             return
         node = annotations(pod).get(keys.VGPU_NODE)
+        spec = pod.get("spec")
+        bound = spec.get("nodeName") if isinstance(spec, Mapping) else None
+        if bound or node:  # every placed pod's CPU and memory count (fragmentation-aware policies read them)
+            self._book_host(key, str(bound or node), pod)
         if not node:
             return
         try:
@@ -218,6 +270,7 @@ class Engine:
         """Release everything the pod holds (deleted or finished)."""
         key = pod_key(pod)
         self._release_quarantine(key)
+        self._unbook_host(key)
         self.ledger.unbook(key, self.nodes)
 
     def _decode_pod(self, pod: Mapping[str, Any]) -> PodDevices:
@@ -269,7 +322,7 @@ class Engine:
         names = sorted(self.nodes) if node_names is None else sorted(node_names)
         requests = self.requests(pod)
         if requests.empty:
-            return Decision(pod=ref, nodes=tuple(names), requests=requests, skipped=True)
+            return self._rank_deviceless(pod, ref, names, requests)
         annos = annotations(pod)
         sched = self.config.scheduler
         try:
@@ -282,8 +335,12 @@ class Engine:
         except WireFormatError as exc:
             return Decision(pod=ref, requests=requests, error=f"calcScore failed {exc} for pod {ref}")
         key = pod_key(pod)
+        shapes = pod_shapes(pod, requests, self.backends)
+        host_need = host_requests(pod)
+        self.workload.observe(key, shapes, host_need)
+        workload = self.workload.snapshot()
         cycle = Cycle(hook=self.hook, backends=self.backends, pod=pod, key=key, requests=requests, policy=policy,
-                      own=self.ledger.get(key))
+                      own=self.ledger.get(key), shapes=shapes, workload=workload, host_need=host_need)
         alive: list[NodeState] = []
         nodes = self.nodes
         for name in names:  # hot: runs for every candidate node, so attribute reads are kept to a minimum
@@ -300,7 +357,8 @@ class Engine:
             return cycle.decision(None, (), {}, self.clock(), ref)
         self.table.refresh()
         rows = self.table.rows(alive)
-        pre = cycle.prescore(alive, self.table.totals[rows])
+        pre = cycle.prescore(alive, self.table.totals[rows], rows=rows, generations=self.table.generation[rows],
+                             shapes=shapes, workload=workload, cache=self.plugin_cache)
         # Best first; ties keep name order (alive is sorted by name and the sort is stable).
         order = np.argsort(pre if policy.node == "spread" else -pre, kind="stable")
         placement_scored = self._scores_placement(requests)
@@ -318,6 +376,37 @@ class Engine:
             ranked = ranked[:limit]
             scores = {n: scores[n] for n in ranked}
         return cycle.decision(self.nodes[ranked[0]], ranked, scores, self.clock(), ref)
+
+    def _rank_deviceless(self, pod: Mapping[str, Any], ref: str, names: list[str],
+                         requests: ContainerRequests) -> Decision:
+        """A pod without managed devices: any candidate will do, listed best first when its node policy
+        ranks every pod (``PolicyInfo.ranks_all_pods``), by the prescore of its CPU and memory alone."""
+        sched = self.config.scheduler
+        node_policy = annotations(pod).get(keys.NODE_SCHEDULER_POLICY) or sched.node_scheduler_policy
+        if self._all_pod_policies is None:
+            self._all_pod_policies = frozenset(p.name for p in self.policies() if p.kind == "node" and p.ranks_all_pods)
+        if node_policy not in self._all_pod_policies:
+            return Decision(pod=ref, nodes=tuple(names), requests=requests, skipped=True)
+        try:
+            policy = effective_policy(annotations(pod), node_default=sched.node_scheduler_policy,
+                                      gpu_default=sched.gpu_scheduler_policy)
+        except WireFormatError:
+            return Decision(pod=ref, nodes=tuple(names), requests=requests, skipped=True)
+        alive = [s for s in (self.nodes.get(n) for n in names) if s is not None and s.by_uuid and not s.quarantine]
+        if not alive:
+            return Decision(pod=ref, nodes=tuple(names), requests=requests, skipped=True)
+        cycle = Cycle(hook=self.hook, backends=self.backends, pod=pod, key=pod_key(pod), requests=requests,
+                      policy=policy, own=None)
+        self.table.refresh()
+        rows = self.table.rows(alive)
+        pre = cycle.prescore(alive, self.table.totals[rows], rows=rows, generations=self.table.generation[rows],
+                             shapes=(), workload=self.workload.snapshot(), cache=self.plugin_cache)
+        order = np.argsort(pre if policy.node == "spread" else -pre, kind="stable")
+        ranked = [alive[int(i)].name for i in order]
+        scores = {alive[int(i)].name: float(pre[int(i)]) for i in order}
+        seen = set(ranked)
+        return Decision(pod=ref, nodes=(*ranked, *(n for n in names if n not in seen)), scores=scores,
+                        requests=requests, policy=policy, skipped=True)
 
     def _scores_placement(self, requests: ContainerRequests) -> bool:
         """Whether some ``hami_score_nodes`` implementation may score this pod's placement.
@@ -395,7 +484,9 @@ class Engine:
         init_count = requests.init_count if requests is not None else 0
         booked = collapse(decision.devices, init_count)
         self.ledger.book(Booking(pod_key(pod), pod_ref(pod), decision.node, booked), self.nodes)
+        self._book_host(pod_key(pod), decision.node, pod)
 
     def unreserve(self, pod: Mapping[str, Any]) -> None:
         """Drop a reservation (idempotent)."""
+        self._unbook_host(pod_key(pod))
         self.ledger.unbook(pod_key(pod), self.nodes)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from hami_core.plugins.errors import WireFormatError
 from hami_core.plugins.types import ContainerDevice, DeviceInfo, DeviceUsage, UsageTotals
+from hami_core.wire.quantity import parse_quantity
 
 if TYPE_CHECKING:
     from hami_core.engine.table import NodeTable
@@ -18,9 +21,10 @@ class NodeState:
     ``generation`` changes whenever usage or devices change (for caches keyed on node state).
     """
 
-    __slots__ = ("allocatable", "annotations", "by_uuid", "capacity", "devices", "errors", "generation", "labels",
-                 "mig", "name", "order_cache", "quarantine", "reason_cache", "row", "sum_used", "sum_usedcores",
-                 "sum_usedmem", "table", "tot_core", "tot_count", "tot_mem", "types", "unschedulable")
+    __slots__ = ("allocatable", "annotations", "by_uuid", "capacity", "devices", "errors", "generation",
+                 "host_total", "host_used", "labels", "mig", "name", "order_cache", "quarantine", "reason_cache",
+                 "row", "sum_used", "sum_usedcores", "sum_usedmem", "table", "tot_core", "tot_count", "tot_mem",
+                 "types", "unschedulable")
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -49,6 +53,10 @@ class NodeState:
         self.table: NodeTable | None = None
         self.sum_used = self.sum_usedmem = self.sum_usedcores = 0
         self.tot_count = self.tot_mem = self.tot_core = 0
+        #: Allocatable CPU (milli) and memory (MiB) from the Node (inf when not given), and what the pods
+        #: the engine knows of request there.
+        self.host_total = (math.inf, math.inf)
+        self.host_used = [0, 0]
 
     def update_object(self, node: Mapping[str, Any]) -> None:
         meta = node.get("metadata") or {}
@@ -58,6 +66,22 @@ class NodeState:
         self.allocatable = dict(status.get("allocatable") or {})
         self.capacity = dict(status.get("capacity") or {})
         self.unschedulable = bool((node.get("spec") or {}).get("unschedulable"))
+        total = (_quantity(self.allocatable.get("cpu"), 1 / 1000), _quantity(self.allocatable.get("memory"), 1 << 20))
+        if total != self.host_total:
+            self.host_total = total
+            self._changed()
+
+    def add_host(self, cpu: int, mem: int, sign: int) -> None:
+        """Book (``sign=1``) or release (``-1``) a pod's CPU and memory requests on this node."""
+        if cpu or mem:
+            self.host_used[0] += cpu * sign
+            self.host_used[1] += mem * sign
+            self._changed()
+
+    def _changed(self) -> None:
+        self.generation += 1
+        if self.table is not None:
+            self.table.dirty.add(self.row)
 
     def set_devices(self, devices: Mapping[str, list[DeviceInfo]]) -> None:
         """Replace the inventory (usage is zeroed; the caller re-applies bookings)."""
@@ -99,3 +123,12 @@ class NodeState:
     def totals(self) -> UsageTotals:
         return UsageTotals(self.sum_used, self.tot_count, self.sum_usedcores, self.tot_core, self.sum_usedmem,
                            self.tot_mem)
+
+
+def _quantity(value: Any, unit: float) -> float:
+    if value is None:
+        return math.inf
+    try:
+        return float(parse_quantity(value) / unit)
+    except (WireFormatError, ZeroDivisionError, TypeError, ValueError):
+        return math.inf  # unreadable: do not let it constrain anything

@@ -5,6 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from hami_core.plugins.errors import WireFormatError
+from hami_core.wire.quantity import parse_quantity
+
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
 
@@ -55,3 +58,30 @@ def init_containers_done(pod: Mapping[str, Any]) -> bool:
         if not term or term.get("exitCode") != 0:
             return False
     return True
+
+
+def _quantity(value: Any, unit: float) -> int:
+    try:
+        return int(parse_quantity(value) / unit) if value is not None else 0
+    except (WireFormatError, ZeroDivisionError, TypeError, ValueError):
+        return 0  # an unreadable request counts as none; the API server would have refused it anyway
+
+
+def host_requests(pod: Mapping[str, Any]) -> tuple[int, int]:
+    """(CPU milli, memory MiB) the pod requests, as kube-scheduler counts it: max(init peak, app sum).
+
+    A container without ``requests`` falls back to its ``limits`` (Kubernetes defaults requests to limits).
+    """
+    init, app = containers(pod)
+
+    def req(ctr: Mapping[str, Any]) -> tuple[int, int]:
+        res = ctr.get("resources")
+        res = res if isinstance(res, Mapping) else {}
+        limits, requests = res.get("limits"), res.get("requests")
+        merged = {**(limits if isinstance(limits, Mapping) else {}),
+                  **(requests if isinstance(requests, Mapping) else {})}
+        return _quantity(merged.get("cpu"), 1 / 1000), _quantity(merged.get("memory"), 1024 * 1024)
+
+    app_sum = [sum(v) for v in zip(*(req(c) for c in app), strict=False)] or [0, 0]
+    init_peak = [max(v) for v in zip(*(req(c) for c in init), strict=False)] or [0, 0]
+    return max(app_sum[0], init_peak[0]), max(app_sum[1], init_peak[1])

@@ -9,7 +9,7 @@ from hami_core.plugins.types import MEM_PERCENTAGE_UNSET, DeviceRequest, DeviceU
 from hami_core.wire import keys
 from hami_core.wire.weights import DEFAULT_WEIGHTS, parse_scoring_weights
 
-GPU_POLICY_TOKENS = frozenset({"binpack", "spread", "numa", "mutex", "topology-aware"})
+GPU_POLICY_TOKENS = frozenset({"binpack", "spread", "numa", "mutex", "topology-aware", "fgd"})
 _CHAIN_TOKENS = ("binpack", "spread", "numa")
 
 
@@ -93,7 +93,7 @@ def sort_devices(devices: Sequence[DeviceUsage], requests: Sequence[DeviceReques
             scored.sort(key=lambda it: (-it[1].numa, it[0]))
         else:
             scored.sort(key=lambda it: (it[1].numa, -it[0]))
-    elif policy.gpu == "binpack":
+    elif policy.gpu in ("binpack", "fgd"):  # fgd: the engine reorders by fragmentation growth when it can
         scored.sort(key=lambda it: (it[0], it[1].numa))
     else:
         scored.sort(key=lambda it: (-it[0], it[1].numa))

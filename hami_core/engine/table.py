@@ -29,6 +29,10 @@ class NodeTable:
     def __init__(self, capacity: int = 64) -> None:
         self.states: list[NodeState | None] = [None] * capacity
         self.totals = np.zeros((capacity, 6))
+        #: A stamp per row, new (never reused, even across nodes) whenever the row changes; -1 for a free
+        #: row. A value cached at ``(row, stamp)`` stays valid while the stamp matches.
+        self.generation = np.full(capacity, -1, dtype=np.int64)
+        self._stamp = 0
         self.capacity: dict[str, np.ndarray] = {}
         self._free_rows: list[int] = list(range(capacity - 1, -1, -1))
         self.dirty: set[int] = set()
@@ -48,6 +52,7 @@ class NodeTable:
             return
         self.states[row] = None
         self.totals[row] = 0
+        self.generation[row] = -1
         for arr in self.capacity.values():
             arr[row] = 0
         self.dirty.discard(row)
@@ -60,6 +65,7 @@ class NodeTable:
         new = old * 2
         self.states.extend([None] * (new - old))
         self.totals = np.vstack([self.totals, np.zeros((new - old, 6))])
+        self.generation = np.concatenate([self.generation, np.full(new - old, -1, dtype=np.int64)])
         for backend, arr in self.capacity.items():
             self.capacity[backend] = np.vstack([arr, np.zeros((new - old, 4))])
         self._free_rows.extend(range(new - 1, old - 1, -1))
@@ -70,6 +76,8 @@ class NodeTable:
             state = self.states[row]
             if state is None:
                 continue
+            self._stamp += 1
+            self.generation[row] = self._stamp
             self.totals[row] = (state.sum_used, state.tot_count, state.sum_usedcores, state.tot_core,
                                 state.sum_usedmem, state.tot_mem)
             for backend, arr in self.capacity.items():

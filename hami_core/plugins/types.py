@@ -393,13 +393,28 @@ class NodeBatch:
 
     ``nodes[i]`` is a node and ``totals[i]`` its node-wide sums before the pod, as a numpy array with the
     columns ``used, count, usedcores, totalcore, usedmem, totalmem`` (so scorers can be vectorised).
+
+    For scorers that keep per-node caches across decisions: ``rows[i]`` is a stable small integer for
+    the node (reused after the node is removed) and ``generations[i]`` changes (to a value never used before) whenever
+    the node's devices or usage change, so a value cached at ``(row, generation)`` stays valid while both match.
+    ``shapes`` are the pod's requests as the workload mix counts them
+    (:class:`~hami_core.engine.workload.Shape`), ``workload`` the current mix snapshot
+    (:class:`~hami_core.engine.workload.Workload`), and ``cache`` a dict that lives as long as the
+    engine, for plugins' caches (key it by plugin name). The engine fills all of these; hand-built
+    batches may leave them ``None``.
     """
 
-    __slots__ = ("nodes", "totals")
+    __slots__ = ("cache", "generations", "nodes", "rows", "shapes", "totals", "workload")
 
-    def __init__(self, nodes: Sequence[NodeView], totals: Any) -> None:
+    def __init__(self, nodes: Sequence[NodeView], totals: Any, *, rows: Any = None, generations: Any = None,
+                 shapes: Sequence[Any] = (), workload: Any = None, cache: dict[str, Any] | None = None) -> None:
         self.nodes = nodes
         self.totals = totals
+        self.rows = rows
+        self.generations = generations
+        self.shapes = tuple(shapes)
+        self.workload = workload
+        self.cache = cache
 
 
 class ScoreCandidate:
@@ -437,12 +452,15 @@ class PolicyInfo:
     """A scheduling policy a plugin offers, by the name users write in annotations, config and CLIs.
 
     ``kind`` is ``"node"`` (``hami.io/node-scheduler-policy``: which node) or ``"gpu"``
-    (``hami.io/gpu-scheduler-policy``: which devices on the node).
+    (``hami.io/gpu-scheduler-policy``: which devices on the node). A node policy with ``ranks_all_pods``
+    also ranks pods that request no managed device (by what their CPU and memory do to the node): the
+    engine then lists such a pod's candidates best first, with scores, instead of echoing them.
     """
 
     name: str
     kind: str
     description: str = ""
+    ranks_all_pods: bool = False
 
     def __post_init__(self) -> None:
         _require(bool(self.name) and "," not in self.name and "/" not in self.name, "PolicyInfo",

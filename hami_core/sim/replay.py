@@ -197,7 +197,11 @@ class Replay:
             # Spreading CPU-only pods over GPU nodes would strand their GPUs for lack of CPU.
             pick = np.argmax(free) if self._node_policy(pod) == "spread" else np.argmin(free)
             node = self.names[int(idx[int(pick)])]
+            if decision.scores:  # the node policy ranks every pod (fgd): its best candidate
+                node = decision.nodes[0]
             self._consume(node, task)
+            # The engine counts every placed pod's CPU and memory (its scheduler watches all pods).
+            engine.upsert_pod({**pod, "spec": {**(pod.get("spec") or {}), "nodeName": node}})
             return Placed(task.name, node, "", decision)
         if decision.node is None:
             return Placed(task.name, None, decision.error or dominant_reason(decision.failed), decision)

@@ -7,13 +7,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from hami_core.engine.pods import containers
-from hami_core.plugins.errors import WireFormatError
+from hami_core.engine.pods import host_requests
 from hami_core.plugins.types import MEM_PERCENTAGE_UNSET, ContainerRequests
 from hami_core.sim.openb import Task, pod_object
 from hami_core.wire import keys
 from hami_core.wire.common import split_list
-from hami_core.wire.quantity import parse_quantity
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,25 +48,9 @@ def from_task(task: Task, *, uid: str | None = None) -> SimPod:
     return SimPod(pod_object(task, uid=uid), task.cpu_milli, task.memory_mib, task.num_gpu, task.per_gpu, models)
 
 
-def _quantity(value: Any, unit: float) -> int:
-    try:
-        return int(parse_quantity(value) / unit) if value is not None else 0
-    except (WireFormatError, ZeroDivisionError):
-        return 0
-
-
 def pod_resources(pod: Mapping[str, Any]) -> tuple[int, int]:
-    """(CPU milli, memory MiB) the pod requests, as kube-scheduler counts it: max(init peak, app sum)."""
-    init, app = containers(pod)
-
-    def req(ctr: Mapping[str, Any]) -> tuple[int, int]:
-        res = ctr.get("resources") or {}
-        requests = {**(res.get("limits") or {}), **(res.get("requests") or {})}
-        return _quantity(requests.get("cpu"), 1 / 1000), _quantity(requests.get("memory"), 1024 * 1024)
-
-    app_sum = [sum(v) for v in zip(*(req(c) for c in app), strict=False)] or [0, 0]
-    init_peak = [max(v) for v in zip(*(req(c) for c in init), strict=False)] or [0, 0]
-    return max(app_sum[0], init_peak[0]), max(app_sum[1], init_peak[1])
+    """(CPU milli, memory MiB) the pod requests, as kube-scheduler counts it (see :func:`host_requests`)."""
+    return host_requests(pod)
 
 
 def from_pod(pod: Mapping[str, Any], requests: ContainerRequests) -> SimPod:

@@ -1,0 +1,138 @@
+"""The ``fgd`` node policy against binpack: ``Engine.schedule(limit=1)`` time on large clusters.
+
+Issue 13's target: fgd within 3x of binpack at 5,000 nodes x 8 GPUs. Both engines hold the same cluster
+(``bench_schedule.build``: every GPU carries one pod around the usage level). The mix is learned online
+from a warm-up of pods drawn from a dozen shapes (shares of 10-90 % and 1, 2 and 4 whole GPUs, 2-32 CPUs).
+
+Two patterns are timed, each over ``--pods`` decisions:
+
+* ``steady``: the same pod again and again (the extender re-filtering one pending pod; every node's
+  growth is cached after the first decision);
+* ``churn``: a stream of pods of random shapes, each reserved where it was placed, so one node changes per
+  decision and pods arrive in every shape: what a busy cluster does.
+
+Run: ``python benchmarks/bench_fgd.py [--nodes 1000,5000] [--pods 300] [--json]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_schedule import build
+
+from hami_core.engine.facade import Engine
+
+GPU_MEM = 81920
+SHAPES = [(1, 10), (1, 20), (1, 25), (1, 30), (1, 50), (1, 50), (1, 70), (1, 90), (1, 100), (1, 100), (2, 100),
+          (4, 100)]
+
+
+def shaped_pod(i: int, rng: random.Random) -> dict[str, Any]:
+    gpus, share = rng.choice(SHAPES)
+    limits = {"nvidia.com/gpu": str(gpus), "nvidia.com/gpumem-percentage": str(share),
+              "nvidia.com/gpucores": str(share)}
+    return {"metadata": {"name": f"p{i}", "namespace": "bench", "uid": f"p{i}"},
+            "spec": {"containers": [{"name": "c", "resources": {
+                "limits": limits, "requests": {"cpu": str(rng.choice([2, 4, 8, 16, 32])), "memory": "8Gi"}}}]}}
+
+
+def engine_for(policy: str, nodes: int, usage: float) -> Engine:
+    engine = build(nodes, usage)
+    engine.config = engine.config.__class__(
+        devices=engine.config.devices, source=engine.config.source,
+        scheduler=engine.config.scheduler.model_copy(update={"node_scheduler_policy": policy,
+                                                             "gpu_scheduler_policy": "binpack"}))
+    for name, state in engine.nodes.items():  # CPU and memory, so fgd sees host resources
+        state.update_object({"metadata": {"name": name}, "status": {"allocatable": {"cpu": "128",
+                                                                                     "memory": "1024Gi"}}})
+    rng = random.Random(7)
+    for i in range(1000):  # warm-up: the mix is learned from what the scheduler is asked about
+        engine.workload.observe(f"warm-{i}", _shapes(engine, shaped_pod(i, rng)), (8000, 8192))
+    return engine
+
+
+def _shapes(engine: Engine, pod: dict[str, Any]) -> Any:
+    from hami_core.engine.workload import pod_shapes
+
+    return pod_shapes(pod, engine.requests(pod), engine.backends)
+
+
+def pct(samples: list[float]) -> dict[str, float]:
+    s = sorted(samples)
+    return {"p50": statistics.median(s) * 1e3, "p99": s[min(len(s) - 1, int(0.99 * len(s)))] * 1e3}
+
+
+def run(policy: str, nodes: int, usage: float, pods: int) -> dict[str, Any]:
+    engine = engine_for(policy, nodes, usage)
+    gc.collect()
+    gc.freeze()
+    rng = random.Random(11)
+    steady_pod = shaped_pod(0, rng)
+    engine.schedule(steady_pod, limit=1)
+    steady = []
+    for _ in range(pods):
+        t0 = time.perf_counter()
+        engine.schedule(steady_pod, limit=1)
+        steady.append(time.perf_counter() - t0)
+    churn = []
+    placed = 0
+    for i in range(pods):
+        p = shaped_pod(10_000 + i, rng)
+        t0 = time.perf_counter()
+        decision = engine.schedule(p, limit=1)
+        churn.append(time.perf_counter() - t0)
+        if decision.node is not None:
+            engine.reserve(p, decision)
+            placed += 1
+    gc.unfreeze()
+    return {"policy": policy, "nodes": nodes, "usage": usage, "pods": pods, "placed": placed,
+            "steady_ms": pct(steady), "churn_ms": pct(churn)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--nodes", default="1000,5000", help="comma list of cluster sizes (default: 1000,5000)")
+    ap.add_argument("--usage", type=float, default=0.5, help="GPU usage level (default: 0.5)")
+    ap.add_argument("--pods", type=int, default=300, help="decisions per pattern (default: 300)")
+    ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    args = ap.parse_args(argv)
+    rows = []
+    for n in (int(x) for x in args.nodes.split(",")):
+        for policy in ("binpack", "fgd"):
+            rows.append(run(policy, n, args.usage, args.pods))
+            print(f"  {policy} at {n} nodes done", file=sys.stderr)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    table = Table(title=f"schedule(limit=1), ms p50 / p99 ({args.pods} decisions, {args.usage:.0%} usage)")
+    for col in ("nodes", "policy", "steady", "churn", "churn p99 vs binpack", "target"):
+        table.add_column(col)
+    base: dict[int, float] = {}
+    for r in rows:
+        ratio = ""
+        if r["policy"] == "binpack":
+            base[r["nodes"]] = r["churn_ms"]["p99"]
+        else:
+            x = r["churn_ms"]["p99"] / base[r["nodes"]]
+            ratio = f"{x:.1f}x"
+        table.add_row(str(r["nodes"]), r["policy"], "{p50:.2f} / {p99:.2f}".format(**r["steady_ms"]),
+                      "{p50:.2f} / {p99:.2f}".format(**r["churn_ms"]), ratio,
+                      "" if r["policy"] == "binpack" else ("met" if ratio and float(ratio[:-1]) <= 3 else "not met"))
+    Console().print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

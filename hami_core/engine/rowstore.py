@@ -1,0 +1,128 @@
+"""Device arrays and mix state for node-table rows, kept across decisions and rebuilt only where a row changed.
+
+Building :class:`~hami_core.engine.fragmentation.DeviceArrays` walks every device in Python and the
+:class:`~hami_core.engine.fragmentation.MixState` costs ``classes x devices`` per row; a fragmentation
+policy needs both for every candidate node on every decision. A :class:`RowStore` keeps them per table
+row, valid while the row's table stamp (``NodeBatch.generations``) and the mix are unchanged, so a
+decision after one placement rebuilds one row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from hami_core.engine.fragmentation import DeviceArrays, Mix, MixState
+from hami_core.engine.workload import MixClass
+
+_FIELDS = 7  # health, used, count, usedcores, totalcore, usedmem, totalmem
+
+
+class RowStore:
+    """One backend's devices for every table row seen so far."""
+
+    def __init__(self, backend: str) -> None:
+        self.backend = backend
+        self.types: dict[str, int] = {}
+        self.width = 1
+        self.stamp = np.full(0, -1, dtype=np.int64)
+        self.arr = np.zeros((_FIELDS, 0, 1))
+        self.type_idx = np.full((0, 1), -1, dtype=np.intp)
+        self.order = np.zeros((0, 1))
+        self.host = np.zeros((0, 2))
+        self._mix_key: tuple[Any, ...] | None = None
+        self.mix: Mix | None = None
+        self._state_stamp = np.full(0, -1, dtype=np.int64)
+        self._state: MixState | None = None
+
+    # ------------------------------------------------------------------------------------ devices
+    def refresh(self, rows: np.ndarray, stamps: np.ndarray, nodes: Sequence[Any]) -> None:
+        """Rebuild the rows whose stamp changed (``nodes[i]`` is the node at ``rows[i]``)."""
+        self._ensure(int(rows.max()) + 1 if len(rows) else 0)
+        width = self.width
+        for i in np.flatnonzero(self.stamp[rows] != stamps):
+            self._build(int(rows[i]), nodes[int(i)])
+            self.stamp[rows[i]] = stamps[i]
+        if self.width != width:  # a wider node moved every row's tie-break positions: rebuild the batch
+            self.refresh(rows, stamps, nodes)
+
+    def _build(self, row: int, node: Any) -> None:
+        devs = node.devices.get(self.backend, ())
+        if len(devs) > self.width:
+            self._widen(len(devs))
+        self.arr[:, row] = 0
+        self.type_idx[row] = -1
+        self.order[row] = 0
+        for j, d in enumerate(devs):
+            self.arr[:, row, j] = (d.health, d.used, d.count, d.usedcores, d.totalcore, d.usedmem, d.totalmem)
+            idx = self.types.get(d.type)
+            if idx is None:
+                idx = self.types[d.type] = len(self.types)
+            self.type_idx[row, j] = idx
+            self.order[row, j] = (min(max(d.numa, -1), 1022) + 1) * self.width + j
+        total = getattr(node, "host_total", (np.inf, np.inf))
+        used = getattr(node, "host_used", (0, 0))
+        self.host[row] = (total[0] - used[0], total[1] - used[1])
+
+    def view(self, rows: np.ndarray) -> DeviceArrays:
+        a = self.arr[:, rows]
+        return DeviceArrays(a[0] > 0, a[1], a[2], a[3], a[4], a[5], a[6], self.type_idx[rows], self.order[rows],
+                            self.host[rows])
+
+    def type_list(self) -> list[str]:
+        return sorted(self.types, key=self.types.__getitem__)
+
+    # ------------------------------------------------------------------------------------ mix state
+    def mix_for(self, version: int, classes: Sequence[MixClass]) -> Mix:
+        """The mix over this store's types (rebuilt when the mix or the known types change)."""
+        key = (version, len(self.types))
+        if self._mix_key != key or self.mix is None:
+            self._mix_key = key
+            self.mix = Mix(classes, self.type_list())
+            self._state_stamp[:] = -1
+            self._state = None
+        return self.mix
+
+    def state(self, rows: np.ndarray, mix: Mix) -> MixState:
+        """The rows' :class:`MixState` under ``mix`` (the one :meth:`mix_for` returned), rebuilt where stale."""
+        cap = len(self.stamp)
+        if self._state is None or self._state.n_ok.shape != (len(mix), cap):
+            self._state = MixState(np.zeros((len(mix), cap)), np.zeros((len(mix), cap)),
+                                   np.zeros((len(mix), cap)), np.zeros(cap))
+            self._state_stamp = np.full(cap, -1, dtype=np.int64)
+        stale = rows[self._state_stamp[rows] != self.stamp[rows]]
+        if len(stale):
+            fresh = MixState.of(self.view(stale), mix)
+            self._state.n_ok[:, stale] = fresh.n_ok
+            self._state.strand[:, stale] = fresh.strand
+            self._state.frag[:, stale] = fresh.frag
+            self._state.total[stale] = fresh.total
+            self._state_stamp[stale] = self.stamp[stale]
+        return self._state.take(rows)
+
+    # ------------------------------------------------------------------------------------ sizing
+    def _ensure(self, size: int) -> None:
+        old = len(self.stamp)
+        if size <= old:
+            return
+        new = max(size, 2 * old, 64)
+        grow = new - old
+        self.stamp = np.concatenate([self.stamp, np.full(grow, -1, dtype=np.int64)])
+        self.arr = np.concatenate([self.arr, np.zeros((_FIELDS, grow, self.width))], axis=1)
+        self.type_idx = np.concatenate([self.type_idx, np.full((grow, self.width), -1, dtype=np.intp)])
+        self.order = np.concatenate([self.order, np.zeros((grow, self.width))])
+        self.host = np.concatenate([self.host, np.zeros((grow, 2))])
+        self._state_stamp = np.concatenate([self._state_stamp, np.full(grow, -1, dtype=np.int64)])
+        self._state = None  # resized on next use
+
+    def _widen(self, width: int) -> None:
+        extra = width - self.width
+        rows = len(self.stamp)
+        self.arr = np.concatenate([self.arr, np.zeros((_FIELDS, rows, extra))], axis=2)
+        self.type_idx = np.concatenate([self.type_idx, np.full((rows, extra), -1, dtype=np.intp)], axis=1)
+        self.width = width
+        self.order = np.zeros((rows, width))
+        self.stamp[:] = -1  # positions in ``order`` depend on the width: rebuild every row on next use
+        self._state = None

@@ -1,0 +1,161 @@
+"""The workload mix the engine has seen: request shapes and how popular each is.
+
+Fragmentation-aware policies (``fgd``) score a placement by how much it hurts the pods that usually come,
+so they need the recent mix. :class:`WorkloadModel` learns it online from the pods :meth:`Engine.schedule`
+is asked about (each pod counted once, the last ``window`` pods kept), or holds a fixed mix given in
+config. Readers take a :class:`Workload` snapshot; its ``version`` changes only when the mix has moved by
+more than ``tolerance`` (total variation distance), so caches keyed on it survive the small drift of
+every new pod.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, OrderedDict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from hami_core.plugins.types import MEM_PERCENTAGE_UNSET, ContainerRequests, DeviceBackend
+from hami_core.wire.common import split_list
+
+__all__ = ["CPU_STEP", "MixClass", "Shape", "Workload", "WorkloadModel", "pod_shapes"]
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """What one container asks of one backend, as the workload mix counts it.
+
+    ``use_types``/``nouse_types`` are the pod's type selections (upper case substrings of the device
+    type, as HAMi's type check matches them).
+    """
+
+    backend: str
+    nums: int
+    cores: int = 0
+    memreq: int = 0
+    mem_percentage: int = MEM_PERCENTAGE_UNSET
+    use_types: tuple[str, ...] = ()
+    nouse_types: tuple[str, ...] = ()
+
+    def accepts(self, device_type: str) -> bool:
+        card = device_type.upper()
+        if self.use_types and not any(t in card for t in self.use_types):
+            return False
+        return not (self.nouse_types and any(t in card for t in self.nouse_types))
+
+
+#: One class of the mix: its request shape, weight, and the CPU (milli) and memory (MiB) its pods request.
+MixClass = tuple[Shape, float, float, float]
+#: CPU requests are grouped in steps of this many milli-CPU (a class per shape and CPU step).
+CPU_STEP = 500
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """A snapshot of the mix: ``classes`` are (shape, weight, CPU, memory), weights summing to 1."""
+
+    version: int
+    classes: tuple[MixClass, ...] = ()
+    #: How finely fragmentation growth is scored (``scheduler.fgd.scoreSteps``), for policies reading the mix.
+    score_steps: int = 25
+
+    def for_backend(self, backend: str) -> list[MixClass]:
+        """The classes that ask ``backend``."""
+        return [c for c in self.classes if c[0].backend == backend]
+
+
+def pod_shapes(pod: Mapping[str, Any], requests: ContainerRequests,
+               backends: Mapping[str, DeviceBackend]) -> tuple[Shape, ...]:
+    """One :class:`Shape` per (container, backend) request of the pod, with the pod's type selections."""
+    annos = (pod.get("metadata") or {}).get("annotations") or {}
+    out: list[Shape] = []
+    for container in requests.containers:
+        for name, req in sorted(container.items()):
+            backend = backends.get(name)
+            use = nouse = ()
+            if backend is not None:
+                use = tuple(t.upper() for t in split_list(annos.get(backend.use_type_annotation or "")))
+                nouse = tuple(t.upper() for t in split_list(annos.get(backend.nouse_type_annotation or "")))
+            out.append(Shape(name, req.nums, min(req.coresreq, 100), req.memreq, req.mem_percentage, use, nouse))
+    return tuple(out)
+
+
+class WorkloadModel:
+    """Online (or fixed) estimate of the request mix.
+
+    A class is a request shape plus the pod's CPU request (in :data:`CPU_STEP` steps), since a node
+    short of CPU strands its devices for pods that need more; memory is the class mean.
+
+    :param window: how many recent pods the online estimate covers.
+    :param tolerance: publish a new snapshot when the mix has moved by more than this (total variation).
+    :param coverage: keep the most popular classes that together cover this fraction of pods (the rest
+        are rare shapes that cost time and barely move the score).
+    :param fixed: a mix given in config; online learning is then off.
+    """
+
+    def __init__(self, window: int = 1000, *, tolerance: float = 0.02, coverage: float = 0.95,
+                 fixed: Sequence[MixClass] | None = None, score_steps: int = 25) -> None:
+        if window <= 0:
+            raise ValueError(f"window must be > 0, got {window}")
+        self.window = window
+        self.tolerance = tolerance
+        self.coverage = coverage
+        self._recent: OrderedDict[str, tuple[tuple[Shape, ...], tuple[int, int]]] = OrderedDict()
+        self._counts: Counter[tuple[Shape, int]] = Counter()
+        self._mem: Counter[tuple[Shape, int]] = Counter()
+        self._fixed = bool(fixed)
+        self._weights: dict[tuple[Shape, int], float] = {}
+        self.score_steps = score_steps
+        self._snapshot = Workload(0, score_steps=score_steps)
+        if fixed:
+            total = sum(c[1] for c in fixed) or 1.0
+            self._snapshot = Workload(0, tuple((s, w / total, cpu, mem) for s, w, cpu, mem in fixed), score_steps)
+
+    @property
+    def learning(self) -> bool:
+        return not self._fixed
+
+    def observe(self, key: str, shapes: Iterable[Shape], host: tuple[int, int] = (0, 0)) -> None:
+        """Count a pod's shapes (and its CPU and memory requests) once; a pod seen again is not recounted."""
+        if self._fixed or key in self._recent:
+            return
+        shapes = tuple(shapes)
+        if not shapes:
+            return
+        self._recent[key] = (shapes, host)
+        self._count(shapes, host, 1)
+        while len(self._recent) > self.window:
+            _, (old, old_host) = self._recent.popitem(last=False)
+            self._count(old, old_host, -1)
+
+    def _count(self, shapes: tuple[Shape, ...], host: tuple[int, int], sign: int) -> None:
+        cpu = host[0] // CPU_STEP * CPU_STEP
+        for s in shapes:
+            k = (s, cpu)
+            self._counts[k] += sign
+            self._mem[k] += host[1] * sign
+            if self._counts[k] <= 0:
+                del self._counts[k], self._mem[k]
+
+    def snapshot(self) -> Workload:
+        """The mix to score against; a new version only when it moved by more than ``tolerance``."""
+        if self._fixed:
+            return self._snapshot
+        total = sum(self._counts.values())
+        if not total:
+            return self._snapshot
+        current = {k: n / total for k, n in self._counts.items()}
+        old = self._weights
+        drift = 0.5 * sum(abs(current.get(k, 0.0) - old.get(k, 0.0)) for k in current.keys() | old.keys())
+        if drift > self.tolerance or not self._snapshot.classes:
+            self._weights = current
+            kept: list[MixClass] = []
+            covered = 0.0
+            for k, w in sorted(current.items(), key=lambda kv: (-kv[1], repr(kv[0]))):
+                if covered >= self.coverage:
+                    break
+                covered += w
+                kept.append((k[0], w, float(k[1]), self._mem[k] / self._counts[k]))
+            self._snapshot = Workload(self._snapshot.version + 1,
+                                      tuple((s, w / covered, cpu, mem) for s, w, cpu, mem in kept), self.score_steps)
+        return self._snapshot
