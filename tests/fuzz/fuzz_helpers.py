@@ -95,3 +95,41 @@ def resource_names() -> tuple[str, ...]:
             if isinstance(value, str) and value:
                 names.add(value)
     return tuple(sorted(names))
+
+
+json_values = _json_values
+
+
+def _maybe(strategy: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """``strategy`` most of the time, else any JSON value in its place (a wrong type)."""
+    return st.one_of(strategy, strategy, strategy, _json_values)
+
+
+def _containers() -> st.SearchStrategy[Any]:
+    resources = st.fixed_dictionaries({}, optional={
+        "limits": _maybe(st.dictionaries(st.sampled_from(resource_names()) | st.text(max_size=8),
+                                         _maybe(quantity_values), max_size=4)),
+        "requests": _maybe(st.dictionaries(st.sampled_from(resource_names()), _maybe(quantity_values), max_size=2))})
+    env = st.lists(_maybe(st.fixed_dictionaries({"name": _maybe(st.sampled_from(
+        ["CUDA_DISABLE_CONTROL", "NVIDIA_VISIBLE_DEVICES", "X"])), "value": _maybe(annotation_values)})), max_size=2)
+    container = st.fixed_dictionaries({}, optional={"name": _maybe(st.text(max_size=6)), "image": st.just("i"),
+                                                    "resources": _maybe(resources), "env": _maybe(env)})
+    return st.lists(_maybe(container), max_size=3)
+
+
+def pods() -> st.SearchStrategy[Any]:
+    """Pod-shaped JSON: the right keys with random (sometimes wrongly typed) values."""
+    meta = st.fixed_dictionaries({}, optional={
+        "name": _maybe(st.text(max_size=10)), "namespace": _maybe(st.text(max_size=6)),
+        "uid": _maybe(st.text(max_size=6)),
+        "annotations": _maybe(st.dictionaries(st.sampled_from(annotation_keys()), annotation_values, max_size=4)),
+        "labels": _maybe(st.dictionaries(st.sampled_from(["hami.io/webhook", "hami.io/vgpu-node", "app"]),
+                                         annotation_values, max_size=2))})
+    spec = st.fixed_dictionaries({}, optional={
+        "containers": _maybe(_containers()), "initContainers": _maybe(_containers()),
+        "schedulerName": _maybe(st.sampled_from(["hami-scheduler", "default-scheduler", ""])),
+        "nodeName": _maybe(st.text(max_size=6)), "priorityClassName": _maybe(st.text(max_size=6))})
+    status = st.fixed_dictionaries({}, optional={"phase": _maybe(st.sampled_from(["Pending", "Running", "Failed"]))})
+    return st.fixed_dictionaries({}, optional={"apiVersion": st.just("v1"), "kind": st.just("Pod"),
+                                               "metadata": _maybe(meta), "spec": _maybe(spec),
+                                               "status": _maybe(status)})
