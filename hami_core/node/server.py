@@ -143,8 +143,9 @@ class DevicePluginServer(pb_grpc.DevicePluginServicer):
         return pb.PreStartContainerResponse()
 
     # ------------------------------------------------------------------------------------ lifecycle
-    def start(self) -> None:
-        """Serve on the socket, check it answers, then register with kubelet (if a kubelet socket is set)."""
+    def start(self, *, register: bool = True) -> None:
+        """Serve on the socket, check it answers, then register with kubelet (if a kubelet socket is set and
+        ``register``)."""
         self._stopped.clear()
         self.socket_path.parent.mkdir(mode=0o750, parents=True, exist_ok=True)
         self.socket_path.unlink(missing_ok=True)
@@ -166,7 +167,7 @@ class DevicePluginServer(pb_grpc.DevicePluginServicer):
             except grpc.FutureTimeoutError:
                 self.stop()
                 raise OSError(f"device plugin socket {self.socket_path} does not answer") from None
-        if self.kubelet_socket is not None:
+        if self.kubelet_socket is not None and register:
             try:
                 self.register()
             except Exception:
