@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from hami_core.cluster.base import Cluster
+from hami_core.cluster.base import Cluster, NotFoundError
 from hami_core.engine.pods import annotations, metadata
 from hami_core.plugins.errors import HamiError, PermanentError, WireFormatError
 from hami_core.plugins.types import ContainerAllocation, ContainerDevice, DeviceBackend, LockSpec
@@ -98,7 +98,11 @@ def find_pending_pod(cluster: Cluster, node_name: str, *, retry: Callable[..., A
         else:
             if not value.legacy:
                 ns, name = value.namespace or "default", value.name or ""
-                return retry(f"get pod {ns}/{name}", lambda: cluster.get_pod(ns, name))
+                try:
+                    return retry(f"get pod {ns}/{name}", lambda: cluster.get_pod(ns, name))
+                except NotFoundError:
+                    # a stale lock of a deleted pod (the scheduler breaks it on its next bind): look further
+                    log.warning("node %s: lock %r names pod %s/%s, which is gone", node_name, lock, ns, name)
     for pod in retry("list pods", cluster.list_pods):
         spec = pod.get("spec") or {}
         annos = annotations(pod)

@@ -321,3 +321,16 @@ def test_plugin_started_before_kubelet_registers_when_it_comes_up(kube, kubelet,
     assert app.server.socket_path.exists()
     kubelet.start()
     _assert_allocated_once(kube, vendor, _allocate(kubelet))
+
+
+def test_lock_of_a_deleted_pod_does_not_block_allocate(kube, kubelet, start_plugin) -> None:
+    # Regression: the plugin looked only at the lock's owner and failed with "pods ghost not found".
+    kube.patch_node(NODE, {"metadata": {"annotations": {keys.NODE_LOCK: "2025-01-01T00:00:00Z,default,ghost"}}})
+    _, vendor = start_plugin(kube)
+    response = _allocate(kubelet)  # found as the allocating pod on this node instead
+    assert dict(response.container_responses[0].envs) == {"ACME_VISIBLE": GPU_A}
+    assert vendor.handed == [("p1", (GPU_A,))]
+    assert _lock(kube).endswith(",ghost")  # not p1's to release; the scheduler breaks it (owner gone)
+    NodeLocker(kube, clock=lambda: 1735689600.0 + 10, sleep=lambda s: None).acquire(
+        NODE, _pod("p2"), LockSpec(keys.NODE_LOCK))
+    assert _lock(kube).endswith(",default,p2")
