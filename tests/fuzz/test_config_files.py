@@ -17,7 +17,7 @@ from hami_core.engine.config import EngineConfig, load_config
 from hami_core.engine.facade import Engine
 from hami_core.plugins.errors import ConfigError
 
-_SETTINGS = settings(max_examples=80, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+_SETTINGS = settings(max_examples=50, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 PLUGINS = all_vendor_engine().plugins
 SECTIONS = ["nvidia", "cambricon", "hygon", "iluvatars", "vnpus", "metax", "mthreads", "kunlun", "enflame",
             "scheduler"]

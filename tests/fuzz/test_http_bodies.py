@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "scheduler"))
 from sched_helpers import gpu_pod, nvidia_node
 
 pytestmark = pytest.mark.filterwarnings("ignore:Generating overly large repr")
-_SETTINGS = settings(max_examples=60, deadline=None, database=None,
+_SETTINGS = settings(max_examples=40, deadline=None, database=None,
                      suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 
 

@@ -15,7 +15,7 @@ from hami_core.plugins.types import ContainerAllocation, DeviceBackend, LockSpec
 from hami_core.scheduler.nodelock import NodeLocker
 from hami_core.wire import keys
 
-_SETTINGS = settings(max_examples=80, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+_SETTINGS = settings(max_examples=50, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 BACKEND = DeviceBackend(name="ACME", vendor="acme", resource_names=ResourceNames("acme.com/gpu"))
 _locks = annotation_values | st.builds(
     lambda t, ns, name: f"{t},{ns},{name}",

@@ -21,7 +21,7 @@ from hami_core.monitor.store import ContainerStore
 sys.path.insert(0, str(Path(__file__).parents[1] / "monitor"))
 from monitor_helpers import Proc, region_bytes
 
-_SETTINGS = settings(max_examples=40, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+_SETTINGS = settings(max_examples=30, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def _fields(version: int) -> list[int]:

@@ -21,7 +21,7 @@ BACKENDS = sorted(ENGINE.backends)
 #: One test per vendor plugin; each example draws one of its backends (Ascend alone has seven alike).
 VENDORS = sorted({b.vendor for b in ENGINE.backends.values()})
 NODE = "fuzz-node"
-_SETTINGS = settings(max_examples=20, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+_SETTINGS = settings(max_examples=15, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def _declared(backend: str) -> list[str]:
