@@ -101,6 +101,18 @@ class SchedulerConfig(BaseModel):
             raise ValueError(str(exc)) from None
 
 
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader, but a scalar it cannot construct (``2001-13-45`` looks like a date) is a YAML error
+    that carries its line and column instead of a bare ``ValueError``."""
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep=deep)
+        except (ValueError, OverflowError) as exc:
+            raise yaml.constructor.ConstructorError(None, None, f"cannot read {node.value!r}: {exc}",
+                                                    node.start_mark) from None
+
+
 def pydantic_error(section: str, exc: ValidationError) -> ConfigError:
     """A :class:`ConfigError` naming every offending field as ``section.field``."""
     parts = []
@@ -130,11 +142,15 @@ def load_config(config: Mapping[str, Any] | str | Path | EngineConfig | None) ->
         path = Path(config)
         source = str(path)
         try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+            data = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)  # _Loader is a SafeLoader
         except OSError as exc:
             raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"config file {path} is not UTF-8 text: byte {exc.start} ({exc.reason})") from None
         except yaml.YAMLError as exc:
             raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
+        except RecursionError:
+            raise ConfigError(f"config file {path} nests too deeply") from None
         config = data if data is not None else {}
     if not isinstance(config, Mapping):
         raise ConfigError(f"{source}: the configuration must be a mapping of sections, got {type(config).__name__}")

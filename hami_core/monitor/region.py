@@ -12,8 +12,10 @@ stores are atomic on x86-64, which is what HAMi relies on too. A file truncated 
 from __future__ import annotations
 
 import contextlib
+import errno
 import mmap
 import os
+import stat
 import struct
 from dataclasses import dataclass
 from typing import Any
@@ -122,13 +124,30 @@ class RegionFile:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.fspath(path)
         self.writable = True
+        # The containers directory is writable from inside the containers (HAMi makes it 0777), so a cache file
+        # may be a planted symlink or device node: never follow a link, never block on a FIFO, map regular files
+        # only. Opening /dev/watchdog or a host file read-write as root would be the container's doing.
+        flags = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        if stat.S_ISLNK(os.lstat(self.path).st_mode):
+            raise RegionError("is a symbolic link; only regular files are read")
+        if not stat.S_ISREG(os.lstat(self.path).st_mode):  # not even opened: opening a device can act
+            raise RegionError("is not a regular file")
         try:
-            fd = os.open(self.path, os.O_RDWR)
-        except PermissionError:
-            fd = os.open(self.path, os.O_RDONLY)
-            self.writable = False
+            try:
+                fd = os.open(self.path, os.O_RDWR | flags)
+            except PermissionError:
+                fd = os.open(self.path, os.O_RDONLY | flags)
+                self.writable = False
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise RegionError("is a symbolic link; only regular files are read") from None
+            if exc.errno in (errno.EISDIR, errno.ENXIO):
+                raise RegionError("is not a regular file") from None
+            raise
         try:
             st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise RegionError("is not a regular file")
             if st.st_size < 12:
                 raise RegionError(f"file is {st.st_size} bytes, shorter than a header", retry=True)
             prot = mmap.PROT_READ | (mmap.PROT_WRITE if self.writable else 0)

@@ -6,6 +6,10 @@ Pending pod on this node whose ``hami.io/bind-phase`` is ``allocating``/``succes
 ``hami.io/vgpu-devices-to-allocate`` annotation holds one slot per container (init first); each
 Allocate pops the first non-empty slot, and when none is left the pod is marked ``success`` and the lock
 released. Any error marks it ``failed`` and releases the lock (owner-checked).
+
+Every API call here is idempotent (reads, and merge patches that set a value computed under the node-global
+mutex), so a 409, a 500 or a lost response is retried a few times before the pod is failed; a pod that is gone
+(404) is not retried.
 """
 
 from __future__ import annotations
@@ -13,13 +17,14 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from hami_core.cluster.base import Cluster
+from hami_core.cluster.base import Cluster, NotFoundError
 from hami_core.engine.pods import annotations, metadata
-from hami_core.plugins.errors import HamiError, WireFormatError
+from hami_core.plugins.errors import HamiError, PermanentError, WireFormatError
 from hami_core.plugins.types import ContainerAllocation, ContainerDevice, DeviceBackend, LockSpec
 from hami_core.scheduler.nodelock import NodeLocker
 from hami_core.wire import keys
@@ -32,6 +37,29 @@ log = logging.getLogger("hami.node.allocate")
 AllocateFn = Callable[[Mapping[str, Any], int, Sequence[ContainerDevice]], ContainerAllocation | None]
 
 _REPLICA = re.compile(r"-(\d+)$")
+#: Attempts per API call, and the first backoff (doubled each time).
+API_ATTEMPTS = 3
+API_BACKOFF_S = 0.05
+
+T = TypeVar("T")
+
+
+def with_retries(what: str, call: Callable[[], T], *, attempts: int = API_ATTEMPTS, backoff_s: float = API_BACKOFF_S,
+                 sleep: Callable[[float], None] = time.sleep) -> T:
+    """``call()``, retried on any error but a permanent one (404); the last error propagates."""
+    delay = backoff_s
+    for attempt in range(1, attempts + 1):
+        try:
+            return call()
+        except PermanentError:
+            raise
+        except Exception as exc:
+            if attempt == attempts:
+                raise
+            log.info("%s: attempt %d failed (%s); retrying", what, attempt, exc)
+            sleep(delay)
+            delay *= 2
+    raise AssertionError("unreachable")
 
 
 class AllocateError(HamiError):
@@ -59,9 +87,9 @@ def pod_name(pod: Mapping[str, Any]) -> str:
     return f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
 
 
-def find_pending_pod(cluster: Cluster, node_name: str) -> dict[str, Any]:
+def find_pending_pod(cluster: Cluster, node_name: str, *, retry: Callable[..., Any] = with_retries) -> dict[str, Any]:
     """The pod being allocated on ``node_name`` (HAMi ``GetPendingPod``); raises :class:`AllocateError`."""
-    lock = annotations(cluster.get_node(node_name)).get(keys.NODE_LOCK)
+    lock = annotations(retry(f"get node {node_name}", lambda: cluster.get_node(node_name))).get(keys.NODE_LOCK)
     if lock:
         try:
             value = decode_node_lock(lock, key=keys.NODE_LOCK)
@@ -69,8 +97,13 @@ def find_pending_pod(cluster: Cluster, node_name: str) -> dict[str, Any]:
             log.warning("node %s: ignoring unreadable lock: %s", node_name, exc)
         else:
             if not value.legacy:
-                return cluster.get_pod(value.namespace or "default", value.name or "")
-    for pod in cluster.list_pods():
+                ns, name = value.namespace or "default", value.name or ""
+                try:
+                    return retry(f"get pod {ns}/{name}", lambda: cluster.get_pod(ns, name))
+                except NotFoundError:
+                    # a stale lock of a deleted pod (the scheduler breaks it on its next bind): look further
+                    log.warning("node %s: lock %r names pod %s/%s, which is gone", node_name, lock, ns, name)
+    for pod in retry("list pods", cluster.list_pods):
         spec = pod.get("spec") or {}
         annos = annotations(pod)
         if (spec.get("nodeName") == node_name and (pod.get("status") or {}).get("phase") == "Pending"
@@ -85,7 +118,8 @@ class Allocator:
     """Serves Allocate for one backend on one node; all calls are serialised (the bookkeeping is node-global)."""
 
     def __init__(self, cluster: Cluster, node_name: str, backend: DeviceBackend, allocate: AllocateFn, *,
-                 node_lock: NodeLocker | None = None, prefer_kubelet_ids: bool = False) -> None:
+                 node_lock: NodeLocker | None = None, prefer_kubelet_ids: bool = False,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         self.cluster = cluster
         self.node_name = node_name
         self.backend = backend
@@ -95,12 +129,16 @@ class Allocator:
         self.annotation = backend.to_allocate_annotation or keys.VGPU_DEVICES_TO_ALLOCATE
         self.lock_spec = LockSpec(backend.lock_annotation or keys.NODE_LOCK)
         self._mutex = threading.Lock()
+        self.sleep = sleep
+
+    def _retry(self, what: str, call: Callable[[], T]) -> T:
+        return with_retries(what, call, sleep=self.sleep)
 
     # ----------------------------------------------------------------------------------- allocate
     def allocate(self, requests: Sequence[Sequence[str]]) -> list[ContainerAllocation]:
         """One :class:`ContainerAllocation` per kubelet container request (its device IDs)."""
         with self._mutex:
-            pod = find_pending_pod(self.cluster, self.node_name)
+            pod = find_pending_pod(self.cluster, self.node_name, retry=self._retry)
             try:
                 return self._allocate(pod, requests)
             except Exception as exc:
@@ -134,15 +172,19 @@ class Allocator:
                 raise AllocateError(f"no plugin implements hami_allocate for backend {self.backend.name}")
             results.append(result)
         meta = metadata(pod)
-        self.cluster.patch_pod(str(meta.get("namespace") or "default"), str(meta.get("name") or ""),
-                               {"metadata": {"annotations": {self.annotation: encode_pod_single_device(slots)}}})
+        ns, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
+        # The consumed slots are written before kubelet gets its answer: a retried or repeated Allocate after a
+        # crash finds them gone and fails clearly instead of handing the devices out a second time.
+        patch = {"metadata": {"annotations": {self.annotation: encode_pod_single_device(slots)}}}
+        self._retry(f"patch pod {ns}/{name}", lambda: self.cluster.patch_pod(ns, name, patch))
         if self._all_consumed(pod):
             self._finish(pod, keys.BIND_PHASE_SUCCESS)
         return results
 
     def _all_consumed(self, pod: Mapping[str, Any]) -> bool:
         meta = metadata(pod)
-        fresh = self.cluster.get_pod(str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
+        ns, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
+        fresh = self._retry(f"get pod {ns}/{name}", lambda: self.cluster.get_pod(ns, name))
         try:
             return not any(decode_pod_single_device(annotations(fresh).get(self.annotation, ""), key=self.annotation))
         except WireFormatError:
@@ -153,7 +195,8 @@ class Allocator:
         meta = metadata(pod)
         ns, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
         try:
-            self.cluster.patch_pod(ns, name, {"metadata": {"annotations": {keys.BIND_PHASE: phase}}})
+            self._retry(f"patch pod {ns}/{name}", lambda: self.cluster.patch_pod(
+                ns, name, {"metadata": {"annotations": {keys.BIND_PHASE: phase}}}))
         except Exception as exc:
             log.error("pod %s/%s: cannot set %s=%s: %s", ns, name, keys.BIND_PHASE, phase, exc)
         try:
@@ -167,7 +210,7 @@ class Allocator:
         """Kubelet IDs matching the annotation's devices, per request; ``None`` where no answer (never raises)."""
         with self._mutex:
             try:
-                pod = find_pending_pod(self.cluster, self.node_name)
+                pod = find_pending_pod(self.cluster, self.node_name, retry=self._retry)
                 slots = [s for s in decode_pod_single_device(annotations(pod).get(self.annotation, ""),
                                                              key=self.annotation) if s]
             except Exception as exc:

@@ -55,6 +55,11 @@ class DevicePluginApp:
     def start(self) -> None:
         if not self.devices:
             log.warning("backend %s: no devices on node %s; serving nothing", self.backend.name, self.node_name)
+        elif not self.kubelet_socket.exists():
+            # kubelet is not up yet (node boot, kubelet restart): serve now and register as soon as it creates
+            # its socket (the watcher sees a new kubelet.sock) instead of failing the pod into a restart loop.
+            log.warning("%s does not exist yet; registering when kubelet creates it", self.kubelet_socket)
+            self.server.start(register=False)
         else:
             self.server.start()
         self.watcher.start()

@@ -34,6 +34,8 @@ KUBELET_SOCKET = "kubelet.sock"
 HEALTHY = "Healthy"
 UNHEALTHY = "Unhealthy"
 DIAL_TIMEOUT_S = 5.0
+#: Only kubelet (root) talks to the plugin: nobody else on the node may connect to the socket.
+SOCKET_MODE = 0o600
 
 
 def socket_name(vendor: str, resource_name: str) -> str:
@@ -141,23 +143,31 @@ class DevicePluginServer(pb_grpc.DevicePluginServicer):
         return pb.PreStartContainerResponse()
 
     # ------------------------------------------------------------------------------------ lifecycle
-    def start(self) -> None:
-        """Serve on the socket, check it answers, then register with kubelet (if a kubelet socket is set)."""
+    def start(self, *, register: bool = True) -> None:
+        """Serve on the socket, check it answers, then register with kubelet (if a kubelet socket is set and
+        ``register``)."""
         self._stopped.clear()
-        self.socket_path.parent.mkdir(parents=True, exist_ok=True)
+        self.socket_path.parent.mkdir(mode=0o750, parents=True, exist_ok=True)
         self.socket_path.unlink(missing_ok=True)
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="hami-dp"))
         pb_grpc.add_DevicePluginServicer_to_server(self, server)
         server.add_insecure_port(f"unix://{self.socket_path}")
         server.start()
         self._server = server
+        try:
+            # gRPC binds with the process umask (often 0755); connecting needs write permission, so 0600 keeps
+            # every non-root user away from Allocate. Done before registering, so kubelet never sees it open.
+            os.chmod(self.socket_path, SOCKET_MODE)
+        except OSError:
+            self.stop()
+            raise
         with grpc.insecure_channel(f"unix://{self.socket_path}") as channel:
             try:
                 grpc.channel_ready_future(channel).result(timeout=DIAL_TIMEOUT_S)
             except grpc.FutureTimeoutError:
                 self.stop()
                 raise OSError(f"device plugin socket {self.socket_path} does not answer") from None
-        if self.kubelet_socket is not None:
+        if self.kubelet_socket is not None and register:
             try:
                 self.register()
             except Exception:

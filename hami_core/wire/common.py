@@ -13,8 +13,10 @@ __all__ = [
     "INT32_MIN",
     "INT64_MAX",
     "INT64_MIN",
+    "MAX_NODE_DEVICES",
     "UINT32_MAX",
     "UINT64_MAX",
+    "check_device_count",
     "go_quote",
     "parse_go_bool",
     "parse_go_int",
@@ -28,11 +30,21 @@ INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
 UINT32_MAX = 2**32 - 1
 UINT64_MAX = 2**64 - 1
+#: More accelerators than any node holds. Vendors that derive their device list from a node capacity
+#: (``status.capacity[...]``) refuse a larger count instead of building billions of devices from a bad value.
+MAX_NODE_DEVICES = 1024
 
 _TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
 _FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
 _GO_INT = re.compile(r"[+-]?[0-9]+")
 _MAX_SHOWN = 200
+
+
+def check_device_count(count: int, where: str) -> int:
+    """``count`` if it is at most :data:`MAX_NODE_DEVICES`, else a :class:`WireFormatError` naming ``where``."""
+    if count > MAX_NODE_DEVICES:
+        raise WireFormatError(f"{where}: {count} devices is more than the {MAX_NODE_DEVICES} a node can hold")
+    return count
 
 
 def wire_error(key: str, message: str) -> WireFormatError:

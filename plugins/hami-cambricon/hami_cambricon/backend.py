@@ -31,7 +31,7 @@ from hami_core.plugins.types import (
     PodSingleDevice,
     ResourceNames,
 )
-from hami_core.wire.common import go_quote, split_list, wire_error
+from hami_core.wire.common import check_device_count, go_quote, split_list, wire_error
 from hami_core.wire.lock import decode_lock_time, encode_lock_time
 from hami_core.wire.quantity import quantity_to_int
 
@@ -139,6 +139,7 @@ def node_devices(spec: MluModelSpec, node: Mapping[str, Any]) -> list[DeviceInfo
     memory = max(memory or 0, 0)
     devmem = memory * MEMORY_FACTOR * DEVICE_CORES // cores
     name = _meta(node).get("name", "")
+    check_device_count(-(-cores // DEVICE_CORES), f"node {name}: status.capacity[{spec.cores}]")
     return [DeviceInfo(id=spec.device_id(name, i), index=i, count=DEVICE_SPLIT, devmem=devmem, devcore=DEVICE_CORES,
                        type=spec.name, numa=0, health=True)
             for i in range(-(-cores // DEVICE_CORES))]

@@ -37,7 +37,7 @@ from hami_core.plugins.types import (
     ResourceNames,
 )
 from hami_core.wire import gojson
-from hami_core.wire.common import INT32_MAX, INT64_MAX, INT64_MIN, split_list, wire_error
+from hami_core.wire.common import INT32_MAX, INT64_MAX, INT64_MIN, check_device_count, split_list, wire_error
 from hami_core.wire.quantity import parse_quantity, quantity_to_int
 from hami_core.wire.reasons import Reason, gen_reason_items
 from hami_enflame.config import EnflameConfig
@@ -176,6 +176,7 @@ def gcu_node_devices(backend: DeviceBackend, node: Mapping[str, Any]) -> list[De
     count = as_int64(raw)
     if count is None:
         raise WireFormatError(f"node {name}: status.capacity[{resource}]: {raw!r} is not a whole number of devices")
+    check_device_count(count, f"node {name}: status.capacity[{resource}]")
     return [DeviceInfo(id=f"{name}-{GCU_WORD}-{i}", index=i, count=1, devmem=GCU_DEVMEM, devcore=GCU_DEVCORE,
                        type=GCU_WORD, numa=0, health=True) for i in range(max(count, 0))]
 

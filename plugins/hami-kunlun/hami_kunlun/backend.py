@@ -31,7 +31,7 @@ from hami_core.plugins.types import (
     ResourceNames,
     ScoreCandidate,
 )
-from hami_core.wire.common import INT32_MAX, go_quote, split_list
+from hami_core.wire.common import INT32_MAX, check_device_count, go_quote, split_list
 from hami_core.wire.nodes import decode_node_devices_json
 from hami_core.wire.quantity import parse_quantity, quantity_to_int
 from hami_core.wire.reasons import Reason, gen_reason_items
@@ -130,6 +130,7 @@ def kunlun_node_devices(backend: DeviceBackend, node: Mapping[str, Any]) -> list
     if cards is None or not 0 <= cards <= INT32_MAX:
         raise WireFormatError(f"node {name}: status.capacity[{resource}]: {go_quote(raw)} "
                               "is not a non-negative integer")
+    check_device_count(cards, f"node {name}: status.capacity[{resource}]")
     return [DeviceInfo(id=f"{name}-kunlun-{i}", index=i, count=CARD_COUNT, devmem=CARD_MEMORY, devcore=CARD_CORES,
                        type=KUNLUN, numa=1 if i >= cards // 2 else 0, health=True)
             for i in range(cards)]

@@ -44,6 +44,7 @@ from hami_core.wire.common import (
     INT32_MIN,
     INT64_MAX,
     INT64_MIN,
+    check_device_count,
     parse_go_bool,
     parse_go_int,
     split_list,
@@ -198,6 +199,7 @@ def gpu_node_devices(backend: DeviceBackend, node: Mapping[str, Any]) -> list[De
     count = as_int64(raw)
     if count is None:
         raise WireFormatError(f"node {name}: status.capacity[{resource}]: {raw!r} is not a whole number of devices")
+    check_device_count(count, f"node {name}: status.capacity[{resource}]")
     return [DeviceInfo(id=f"{name}-metax-{i}", index=i, count=1, devmem=GPU_DEVMEM, devcore=GPU_DEVCORE,
                        type=GPU_WORD, numa=0, health=True) for i in range(max(count, 0))]
 

@@ -23,7 +23,7 @@ from hami_core.plugins.types import (
     PodSingleDevice,
     ResourceNames,
 )
-from hami_core.wire.common import INT32_MAX, go_quote, split_list
+from hami_core.wire.common import INT32_MAX, check_device_count, go_quote, split_list
 from hami_core.wire.quantity import parse_quantity, quantity_to_int
 from hami_mthreads.config import MthreadsConfig
 
@@ -122,6 +122,7 @@ def node_devices(backend: DeviceBackend, node: Mapping[str, Any]) -> list[Device
         return []
     raw_mem = capacity.get(names.memory)
     memory = 0 if raw_mem is None else _capacity_int(name, names.memory, raw_mem)
+    check_device_count(-(-cores // CORES_PER_GPU), f"node {name}: status.capacity[{names.cores}]")
     devmem = memory * MEMORY_FACTOR * CORES_PER_GPU // cores
     if devmem > INT32_MAX:
         raise WireFormatError(f"node {name}: status.capacity[{names.memory}]: {go_quote(raw_mem)} gives "
