@@ -1,6 +1,7 @@
 """Prometheus metrics of the scheduler (spec §10.3), read live from the engine's inventory and ledger.
 
 Gauges carry HAMi's labels plus the constant label ``zone="vGPU"``; ``hami_build_info`` has no zone.
+``hami_node_quarantined`` (hami-py's own) counts per node the pods whose allocation cannot be decoded.
 Served on their own port (``--metrics-bind``, default ``:9395``) at ``GET /metrics``.
 """
 

@@ -1,0 +1,203 @@
+"""Shared pieces of the reliability tests: scheduler replicas on the in-test API server, a kube-scheduler driver,
+a device-plugin stand-in that runs the real :class:`~hami_core.node.allocate.Allocator`, and the invariants.
+
+The API server is ``tests/kubeapi/fake_apiserver.py`` (an in-test stand-in, reached over real HTTP through the
+official ``kubernetes`` client by :class:`~hami_core.cluster.kube.KubeCluster`).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubeapi.fake_apiserver import FakeApiServer
+from scheduler.sched_helpers import gpu_pod, make_engine, nvidia_node
+
+from hami_core.cluster.base import Cluster
+from hami_core.cluster.kube import KubeCluster
+from hami_core.engine.facade import Engine
+from hami_core.engine.pods import annotations
+from hami_core.node.allocate import Allocator
+from hami_core.scheduler.app import Options, Scheduler
+from hami_core.wire import keys
+
+__all__ = ["Driver", "Outcome", "check_capacity", "device_usage", "fresh_engine", "gpu_pod", "kube_cluster",
+           "ledger_view", "make_engine", "nvidia_node", "start_replica", "wait_until"]
+
+
+def kube_cluster(server: FakeApiServer, *, request_timeout_s: float = 10.0) -> KubeCluster:
+    """A KubeCluster with its own official-client connection pool to ``server`` (no rate limit)."""
+    from kubernetes import client
+
+    cfg = client.Configuration(host=server.url)
+    cfg.connection_pool_maxsize = 32
+    return KubeCluster(api_client=client.ApiClient(cfg), qps=0, request_timeout_s=request_timeout_s,
+                       backoff_initial_s=0.05, backoff_max_s=0.5)
+
+
+def start_replica(server: FakeApiServer, *, clock: Callable[[], float] | None = None,
+                  lock_timeout_s: float = 300.0, request_timeout_s: float = 10.0, start: bool = True,
+                  sync_wait_s: float = 10.0) -> Scheduler:
+    """One scheduler replica (engine, sync feed, extender) over its own KubeCluster; no HTTP serving needed
+    for calls made in-process, but ``start()`` runs the whole service as production does."""
+    engine = make_engine(clock)
+    svc = Scheduler(engine, kube_cluster(server, request_timeout_s=request_timeout_s),
+                    Options(port=0, metrics_host=None, sync_wait_s=sync_wait_s, lock_timeout_s=lock_timeout_s))
+    svc.extender.locker.backoff_s = 0.01  # keep retries quick in tests
+    if start:
+        svc.start()
+    return svc
+
+
+def fresh_engine(server: FakeApiServer) -> Engine:
+    """An engine rebuilt from the API server's current Nodes and Pods (what a restarted scheduler books)."""
+    engine = make_engine()
+    for node in server.objects("nodes").values():
+        engine.upsert_node(node)
+    for pod in server.objects("pods").values():
+        engine.upsert_pod(pod)
+    return engine
+
+
+def device_usage(engine: Engine) -> dict[str, tuple[int, int, int]]:
+    """device UUID → (slots used, memory used, cores used)."""
+    return {d.id: (d.used, d.usedmem, d.usedcores) for s in engine.nodes.values() for devs in s.devices.values()
+            for d in devs}
+
+
+def ledger_view(engine: Engine) -> dict[str, tuple[str, tuple[tuple[str, int, int, int], ...]]]:
+    """pod key → (node, ((uuid, memory, cores, slots), ...)): the ledger, comparable across engines."""
+    return {k: (b.node, tuple(sorted((d.uuid, d.usedmem, d.usedcores, d.slots) for devs in b.devices.values()
+                                     for d in devs)))
+            for k, b in engine.ledger.bookings.items()}
+
+
+def check_capacity(engine: Engine) -> list[str]:
+    """Every device over its split count, memory or cores (empty: the invariant holds)."""
+    over = []
+    for state in engine.nodes.values():
+        for d in state.by_uuid.values():
+            if d.used > d.count or d.usedmem > d.totalmem or d.usedcores > d.totalcore:
+                over.append(repr(d))
+    return over
+
+
+def wait_until(predicate: Callable[[], bool], timeout_s: float = 20.0, poll_s: float = 0.02) -> bool:
+    """Poll ``predicate`` until true or ``timeout_s`` (a generous bound for convergence, not a timing check)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(poll_s)
+    return predicate()
+
+
+@dataclass
+class Outcome:
+    bound: dict[str, str] = field(default_factory=dict)  # pod name → node
+    pending: dict[str, str] = field(default_factory=dict)  # pod name → last error
+    attempts: int = 0
+
+
+class Driver:
+    """Plays kube-scheduler (filter then bind, retrying a failed cycle) and kubelet + device plugin (Allocate
+    right after a successful bind, through the real :class:`Allocator` on its own cluster client).
+
+    :param replicas: the scheduler replicas; each attempt goes to a random one.
+    :param dp_cluster: the device plugin's API client.
+    """
+
+    def __init__(self, replicas: list[Scheduler], dp_cluster: Cluster, node_names: list[str], *,
+                 max_attempts: int = 40, seed: int = 0, allocate: bool = True) -> None:
+        self.replicas = replicas
+        self.dp_cluster = dp_cluster
+        self.node_names = node_names
+        self.max_attempts = max_attempts
+        self.allocate = allocate
+        self.rng = random.Random(seed)
+        self.rng_lock = threading.Lock()
+        self.outcome = Outcome()
+        self._lock = threading.Lock()
+        self._allocators: dict[str, Allocator] = {}
+        backend = replicas[0].engine.backends["NVIDIA"]
+        self._backend = backend
+
+    def allocator(self, node: str) -> Allocator:
+        with self._lock:
+            if node not in self._allocators:
+                self._allocators[node] = Allocator(self.dp_cluster, node, self._backend, lambda *a: object())
+            return self._allocators[node]
+
+    def _pick(self) -> Scheduler:
+        with self.rng_lock:
+            return self.replicas[self.rng.randrange(len(self.replicas))]
+
+    def schedule(self, pod: Mapping[str, Any]) -> None:
+        """Run scheduling cycles for ``pod`` until it is bound or ``max_attempts`` cycles failed."""
+        meta = pod["metadata"]
+        error = ""
+        for attempt in range(self.max_attempts):
+            with self._lock:
+                self.outcome.attempts += 1
+            svc = self._pick()
+            result = svc.extender.filter({"Pod": pod, "NodeNames": self.node_names})
+            if result["Error"] or not result["NodeNames"]:
+                error = result["Error"] or "no node fits"
+                time.sleep(0.001 * (attempt + 1))
+                continue
+            [node] = result["NodeNames"]
+            bound = self._pick().extender.bind({"PodName": meta["name"], "PodNamespace": meta["namespace"],
+                                                "PodUID": meta["uid"], "Node": node})
+            if bound["Error"]:
+                error = bound["Error"]
+                time.sleep(0.001 * (attempt + 1))
+                continue
+            if self.allocate:
+                self.allocator(node).allocate([["GPU-0"]] * len(pod["spec"]["containers"]))
+            with self._lock:
+                self.outcome.bound[meta["name"]] = node
+            return
+        with self._lock:
+            self.outcome.pending[meta["name"]] = error
+
+    def run(self, pods: Iterable[Mapping[str, Any]], threads: int) -> Outcome:
+        """Schedule ``pods`` from ``threads`` worker threads; returns the outcome."""
+        queue = list(pods)
+        qlock = threading.Lock()
+        failures: list[BaseException] = []
+
+        def worker() -> None:
+            while True:
+                with qlock:
+                    if not queue:
+                        return
+                    pod = queue.pop(0)
+                try:
+                    self.schedule(pod)
+                except BaseException as exc:  # surfaced by the test
+                    failures.append(exc)
+                    return
+
+        workers = [threading.Thread(target=worker, name=f"kube-scheduler-{i}") for i in range(threads)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        if failures:
+            raise failures[0]
+        return self.outcome
+
+
+def bound_pods_match_annotations(server: FakeApiServer) -> list[str]:
+    """Bound HAMi pods whose ``hami.io/vgpu-node`` differs from ``spec.nodeName`` (empty: all consistent)."""
+    wrong = []
+    for (ns, name), pod in server.objects("pods").items():
+        node = (pod.get("spec") or {}).get("nodeName")
+        vgpu = annotations(pod).get(keys.VGPU_NODE)
+        if node and vgpu and vgpu != node:
+            wrong.append(f"{ns}/{name}: bound to {node}, allocation on {vgpu}")
+    return wrong
