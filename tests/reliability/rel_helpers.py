@@ -7,6 +7,7 @@ official ``kubernetes`` client by :class:`~hami_core.cluster.kube.KubeCluster`).
 
 from __future__ import annotations
 
+import queue
 import random
 import threading
 import time
@@ -19,14 +20,18 @@ from scheduler.sched_helpers import gpu_pod, make_engine, nvidia_node
 
 from hami_core.cluster.base import Cluster
 from hami_core.cluster.kube import KubeCluster
+from hami_core.cluster.memory import MemoryCluster
 from hami_core.engine.facade import Engine
 from hami_core.engine.pods import annotations
 from hami_core.node.allocate import Allocator
 from hami_core.scheduler.app import Options, Scheduler
+from hami_core.scheduler.extender import Extender
+from hami_core.scheduler.sync import Sync
 from hami_core.wire import keys
 
-__all__ = ["Driver", "Outcome", "check_capacity", "device_usage", "fresh_engine", "gpu_pod", "kube_cluster",
-           "ledger_view", "make_engine", "nvidia_node", "start_replica", "wait_until"]
+__all__ = ["Driver", "MemoryReplica", "Outcome", "ReplicaView", "bound_pods_match_annotations", "check_capacity",
+           "device_usage", "fresh_engine", "gpu_pod", "kube_cluster", "ledger_view", "make_engine", "nvidia_node",
+           "start_replica", "wait_until"]
 
 
 def kube_cluster(server: FakeApiServer, *, request_timeout_s: float = 10.0) -> KubeCluster:
@@ -51,6 +56,88 @@ def start_replica(server: FakeApiServer, *, clock: Callable[[], float] | None = 
     if start:
         svc.start()
     return svc
+
+
+class ReplicaView:
+    """One replica's connection to a shared :class:`MemoryCluster` (an in-test stand-in for its API client).
+
+    Closing it silences only this replica's watch. With ``lag=True`` watch events reach the replica through a
+    queue drained by its own thread, as a real watch lags the API server: two replicas then race on stale views.
+    While ``fault`` is ``"fail"`` every write fails unapplied (the API is unreachable); with ``"lose"`` the first
+    write is applied but its response lost, and every later one fails (so retries cannot hide the loss).
+    """
+
+    def __init__(self, store: MemoryCluster, *, lag: bool = False) -> None:
+        self.store = store
+        self.fault = ""
+        self._handlers: tuple[Any, Any] | None = None
+        self._queue: queue.Queue[tuple[Any, str, dict[str, Any]] | None] | None = queue.Queue() if lag else None
+        self._thread: threading.Thread | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    def _write(self, fn: Any, *args: Any) -> Any:
+        if self.fault == "fail":
+            raise ConnectionError("injected: connection refused")
+        out = fn(*args)
+        if self.fault == "lose":
+            self.fault = "fail"
+            raise TimeoutError("injected: response lost")
+        return out
+
+    def patch_pod(self, namespace: str, name: str, patch: Any) -> dict[str, Any]:
+        return self._write(self.store.patch_pod, namespace, name, patch)
+
+    def patch_node(self, name: str, patch: Any) -> dict[str, Any]:
+        return self._write(self.store.patch_node, name, patch)
+
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        return self._write(self.store.bind, namespace, name, uid, node)
+
+    def watch(self, on_node: Any, on_pod: Any) -> None:
+        if self._queue is not None:
+            q = self._queue
+
+            def drain() -> None:
+                while (item := q.get()) is not None:
+                    handler, event, obj = item
+                    handler(event, obj)
+                    q.task_done()
+                q.task_done()
+
+            self._thread = threading.Thread(target=drain, name="lagging-watch", daemon=True)
+            self._thread.start()
+            self._handlers = (lambda e, o: q.put((on_node, e, o)), lambda e, o: q.put((on_pod, e, o)))
+        else:
+            self._handlers = (on_node, on_pod)
+        self.store.watch(*self._handlers)
+
+    def settled(self) -> bool:
+        """True when every watch event sent so far has been handled."""
+        return self._queue is None or self._queue.unfinished_tasks == 0
+
+    def close(self) -> None:
+        with self.store._lock:
+            if self._handlers in self.store._watchers:
+                self.store._watchers.remove(self._handlers)
+        if self._queue is not None:
+            self._queue.put(None)
+
+
+class MemoryReplica:
+    """A scheduler replica (engine, sync feed, extender sharing one lock) on a :class:`ReplicaView`."""
+
+    def __init__(self, store: MemoryCluster, *, lag: bool = False) -> None:
+        self.view = ReplicaView(store, lag=lag)
+        self.engine = make_engine()
+        self.sync = Sync(self.engine, self.view)
+        self.lock = self.sync.lock
+        self.extender = Extender(self.engine, self.view, engine_lock=self.lock, sleep=lambda s: None)
+        self.sync.start(background=False)
+
+    def stop(self) -> None:
+        self.view.close()
 
 
 def fresh_engine(server: FakeApiServer) -> Engine:
@@ -111,7 +198,7 @@ class Driver:
     :param dp_cluster: the device plugin's API client.
     """
 
-    def __init__(self, replicas: list[Scheduler], dp_cluster: Cluster, node_names: list[str], *,
+    def __init__(self, replicas: list[Any], dp_cluster: Cluster, node_names: list[str], *,
                  max_attempts: int = 40, seed: int = 0, allocate: bool = True) -> None:
         self.replicas = replicas
         self.dp_cluster = dp_cluster
@@ -140,6 +227,7 @@ class Driver:
         """Run scheduling cycles for ``pod`` until it is bound or ``max_attempts`` cycles failed."""
         meta = pod["metadata"]
         error = ""
+        unfit = 0
         for attempt in range(self.max_attempts):
             with self._lock:
                 self.outcome.attempts += 1
@@ -147,14 +235,17 @@ class Driver:
             result = svc.extender.filter({"Pod": pod, "NodeNames": self.node_names})
             if result["Error"] or not result["NodeNames"]:
                 error = result["Error"] or "no node fits"
-                time.sleep(0.001 * (attempt + 1))
+                unfit += not result["Error"]
+                if unfit > 3:  # unschedulable: nothing is freed in these runs, so it stays pending
+                    break
+                time.sleep(0.0005 * min(attempt + 1, 10))
                 continue
             [node] = result["NodeNames"]
             bound = self._pick().extender.bind({"PodName": meta["name"], "PodNamespace": meta["namespace"],
                                                 "PodUID": meta["uid"], "Node": node})
             if bound["Error"]:
                 error = bound["Error"]
-                time.sleep(0.001 * (attempt + 1))
+                time.sleep(0.0005 * min(attempt + 1, 10))
                 continue
             if self.allocate:
                 self.allocator(node).allocate([["GPU-0"]] * len(pod["spec"]["containers"]))

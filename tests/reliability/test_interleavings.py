@@ -3,83 +3,28 @@ failed writes and replica restarts, by two scheduler replicas on one cluster, no
 cores or split count, and every replica's ledger equals the one rebuilt from the cluster's state.
 
 Runs on :class:`MemoryCluster` (synchronous watches) for speed; each replica sees the shared store through its
-own :class:`ReplicaView` (an in-test stand-in), so closing one replica does not silence the other.
+own :class:`~reliability.rel_helpers.ReplicaView` (an in-test stand-in), so closing one replica does not silence
+the other.
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from reliability.rel_helpers import check_capacity, device_usage, ledger_view
+from reliability.rel_helpers import MemoryReplica, check_capacity, device_usage, ledger_view
 from scheduler.sched_helpers import gpu_pod, make_engine, nvidia_node
 
 from hami_core.cluster.base import NotFoundError
 from hami_core.cluster.memory import MemoryCluster
 from hami_core.engine.pods import annotations
 from hami_core.node.allocate import AllocateError, Allocator
-from hami_core.scheduler.extender import Extender
-from hami_core.scheduler.sync import Sync
 from hami_core.wire import keys
 
 NODES = ["n0", "n1"]
 PODS = [gpu_pod(f"p{i}", mem=m, cores=c) for i, (m, c) in enumerate(
     [(6000, 30), (9000, 50), (4000, 0), (12000, 60), (3000, 20), (8000, 40)])]
-
-
-class ReplicaView:
-    """One replica's connection to the shared MemoryCluster (in-test stand-in). While ``fault`` is ``"fail"``
-    every write fails unapplied (the API is unreachable); with ``"lose"`` the first write is applied but its
-    response lost, and every later one fails (so retries cannot hide the loss). Reads always work."""
-
-    def __init__(self, store: MemoryCluster) -> None:
-        self.store = store
-        self.fault = ""
-        self._handlers: tuple[Any, Any] | None = None
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.store, name)
-
-    def _write(self, fn: Any, *args: Any) -> Any:
-        if self.fault == "fail":
-            raise ConnectionError("injected: connection refused")
-        out = fn(*args)
-        if self.fault == "lose":
-            self.fault = "fail"
-            raise TimeoutError("injected: response lost")
-        return out
-
-    def patch_pod(self, namespace: str, name: str, patch: Any) -> dict[str, Any]:
-        return self._write(self.store.patch_pod, namespace, name, patch)
-
-    def patch_node(self, name: str, patch: Any) -> dict[str, Any]:
-        return self._write(self.store.patch_node, name, patch)
-
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
-        return self._write(self.store.bind, namespace, name, uid, node)
-
-    def watch(self, on_node: Any, on_pod: Any) -> None:
-        self._handlers = (on_node, on_pod)
-        self.store.watch(on_node, on_pod)
-
-    def close(self) -> None:
-        with self.store._lock:
-            if self._handlers in self.store._watchers:
-                self.store._watchers.remove(self._handlers)
-
-
-class Replica:
-    def __init__(self, store: MemoryCluster) -> None:
-        self.view = ReplicaView(store)
-        self.engine = make_engine()
-        self.sync = Sync(self.engine, self.view)
-        self.extender = Extender(self.engine, self.view, engine_lock=self.sync.lock, sleep=lambda s: None)
-        self.sync.start(background=False)
-
-    def stop(self) -> None:
-        self.view.close()
 
 
 OPS = st.lists(st.tuples(st.sampled_from(["filter", "bind", "allocate", "delete", "finish", "restart", "fail",
@@ -95,7 +40,7 @@ def _uid(i: int) -> str:
 @given(OPS)
 def test_random_interleavings_keep_the_invariant(ops: list[tuple[str, int, int]]) -> None:
     store = MemoryCluster(nodes=[nvidia_node(n, gpus=2, mem=16000) for n in NODES], pods=PODS)
-    replicas = [Replica(store), Replica(store)]
+    replicas = [MemoryReplica(store), MemoryReplica(store)]
     dp = Allocator(store, "", make_engine().backends["NVIDIA"], lambda *a: object())
     generation = dict.fromkeys(range(len(PODS)), 0)
     for op, i, r in ops:
@@ -126,7 +71,7 @@ def test_random_interleavings_keep_the_invariant(ops: list[tuple[str, int, int]]
             store.add_pod({**pod, "status": {"phase": "Succeeded"}})
         elif op == "restart":
             replica.stop()
-            replicas[r] = Replica(store)
+            replicas[r] = MemoryReplica(store)
         elif op in ("fail", "lose"):
             replica.view.fault = op
 
