@@ -51,11 +51,15 @@ def _run(server: FakeApiServer, *, nodes: int, gpus: int, pods: int, threads: in
     replicas = [start_replica(server), start_replica(server)]
     stop = threading.Event()
     try:
-        if chaos:  # a watch that drops, now and then, and a few lost and failed writes
+        if chaos:  # a watch that drops, now and then, and a few lost and failed scheduler writes
             server.inject("POST", "/binding", lost=True, count=None, rate=0.02, seed=seed)
-            server.inject("PATCH", "/pods/", status=500, count=None, rate=0.02, seed=seed + 1)
-            server.inject("PATCH", "/nodes/", status=409, count=None, rate=0.02, seed=seed + 2)
-            server.inject("POST", "/events", status=500, count=None, rate=0.05, seed=seed + 3)
+            server.inject("PATCH", "/pods/", body_contains=keys.VGPU_NODE, status=500, count=None, rate=0.02,
+                          seed=seed + 1)
+            server.inject("PATCH", "/pods/", body_contains=keys.BIND_PHASE_ALLOCATING, lost=True, count=None,
+                          rate=0.02, seed=seed + 2)
+            server.inject("PATCH", "/nodes/", body_contains=f'{keys.NODE_LOCK}": "', status=409, count=None,
+                          rate=0.02, seed=seed + 3)
+            server.inject("POST", "/events", status=500, count=None, rate=0.05, seed=seed + 4)
 
             def breaker() -> None:
                 while not stop.wait(0.3):
