@@ -62,7 +62,7 @@ def _run(server: FakeApiServer, *, nodes: int, gpus: int, pods: int, threads: in
             server.inject("POST", "/events", status=500, count=None, rate=0.05, seed=seed + 4)
 
             def breaker() -> None:
-                while not stop.wait(0.3):
+                while not stop.wait(1.0):
                     server.break_watches()
 
             threading.Thread(target=breaker, daemon=True).start()
