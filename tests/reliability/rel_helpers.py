@@ -29,7 +29,8 @@ from hami_core.scheduler.extender import Extender
 from hami_core.scheduler.sync import Sync
 from hami_core.wire import keys
 
-__all__ = ["Driver", "MemoryReplica", "Outcome", "ReplicaView", "bound_pods_match_annotations", "check_capacity",
+__all__ = ["Driver", "MemoryReplica", "Outcome", "ReplicaView", "bound_overcommit", "bound_pods_match_annotations",
+           "check_capacity",
            "device_usage", "fresh_engine", "gpu_pod", "kube_cluster", "ledger_view", "make_engine", "nvidia_node",
            "start_replica", "wait_until"]
 
@@ -148,6 +149,19 @@ def fresh_engine(server: FakeApiServer) -> Engine:
     for pod in server.objects("pods").values():
         engine.upsert_pod(pod)
     return engine
+
+
+def bound_overcommit(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Devices over capacity counting only pods bound to a node (what really runs there). Reservations of pending
+    pods are left out: a replica that has not yet seen another's reservation may place a pod over it, which is
+    safe because a pending pod is filtered again (its reservation replaced) before it can be bound."""
+    engine = make_engine()
+    for node in nodes:
+        engine.upsert_node(node)
+    for pod in pods:
+        if (pod.get("spec") or {}).get("nodeName"):
+            engine.upsert_pod(pod)
+    return check_capacity(engine)
 
 
 def device_usage(engine: Engine) -> dict[str, tuple[int, int, int]]:

@@ -12,8 +12,8 @@ from kubeapi.fake_apiserver import FakeApiServer
 from reliability.rel_helpers import (
     Driver,
     MemoryReplica,
+    bound_overcommit,
     bound_pods_match_annotations,
-    check_capacity,
     device_usage,
     fresh_engine,
     gpu_pod,
@@ -72,7 +72,7 @@ def _run(server: FakeApiServer, *, nodes: int, gpus: int, pods: int, threads: in
         server.clear_faults()
 
         final = fresh_engine(server)
-        assert check_capacity(final) == []
+        assert bound_overcommit(server.objects("nodes").values(), server.objects("pods").values()) == []
         assert bound_pods_match_annotations(server) == []
         stored = server.objects("pods")
         bound = {name: pod["spec"]["nodeName"] for (_, name), pod in stored.items()
@@ -124,7 +124,7 @@ def test_two_lagging_replicas_many_threads_2000_pods_on_50_nodes() -> None:
             rebuilt.upsert_node(node)
         for pod in store.list_pods():
             rebuilt.upsert_pod(pod)
-        assert check_capacity(rebuilt) == []
+        assert bound_overcommit(store.list_nodes(), store.list_pods()) == []
         bound = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in store.list_pods() if p["spec"].get("nodeName")}
         assert bound == outcome.bound
         assert len(bound) >= 0.9 * 2000, (len(bound), list(outcome.pending.items())[:5])
