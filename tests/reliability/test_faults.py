@@ -276,3 +276,19 @@ def test_two_schedulers_breaking_the_same_expired_lock_cannot_both_hold_it() -> 
     with pytest.raises(LockContention):  # b saw the same expired lock, but must not break a's
         NodeLocker(StaleReads(live, snapshot), clock=lambda: now).acquire("n", gpu_pod("b"), spec)
     assert decode_node_lock(annotations(live.get_node("n"))[keys.NODE_LOCK]).owned_by("default", "a")
+
+
+def test_pods_on_node_reads_only_pods_bound_there(server: FakeApiServer) -> None:
+    """The bind re-check's fresh read: ``fieldSelector=spec.nodeName=<node>`` over HTTP, and the in-memory twin."""
+    memory = MemoryCluster(nodes=[nvidia_node("n1"), nvidia_node("n2")])
+    for where, name in (("n1", "a"), ("n2", "b"), ("", "c"), ("n1", "d")):
+        pod = gpu_pod(name)
+        if where:
+            pod["spec"]["nodeName"] = where
+        server.create("pods", "default", pod)
+        memory.add_pod(pod)
+    kube = kube_cluster(server)
+    for cluster in (kube, memory):
+        assert [p["metadata"]["name"] for p in cluster.pods_on_node("n1")] == ["a", "d"]
+        assert [p["kind"] for p in cluster.pods_on_node("n2")] == ["Pod"]
+        assert cluster.pods_on_node("n3") == []  # KubeCluster does not filter: the API server applied the selector
