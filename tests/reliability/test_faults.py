@@ -44,7 +44,8 @@ WRITES = {
     "binding": ("POST", "/binding", ""),
     "event": ("POST", "/events", ""),
 }
-FAULTS = {"409": {"status": 409}, "500": {"status": 500}, "lost": {"lost": True}, "timeout": {"delay_s": 1.0}}
+#: the timeout case answers 1.5 s late, past the replica's 1 s request timeout
+FAULTS = {"409": {"status": 409}, "500": {"status": 500}, "lost": {"lost": True}, "timeout": {"delay_s": 1.5}}
 
 
 def _setup(server: FakeApiServer, nodes: tuple[str, ...] = ("n1",), **kw: Any) -> Scheduler:
@@ -81,7 +82,7 @@ def _events(server: FakeApiServer, reason: str) -> list[str]:
 @pytest.mark.parametrize("fault", sorted(FAULTS))
 @pytest.mark.parametrize("write", sorted(WRITES))
 def test_a_transient_fault_on_any_write_still_binds_the_pod(server: FakeApiServer, write: str, fault: str) -> None:
-    svc = _setup(server, request_timeout_s=0.5)
+    svc = _setup(server, request_timeout_s=1.0)
     try:
         pod = server.create("pods", "default", gpu_pod("p", mem=8000))
         method, path, body = WRITES[write]

@@ -20,6 +20,7 @@ from reliability.rel_helpers import (
     make_engine,
     nvidia_node,
     start_replica,
+    wait_until,
 )
 
 from hami_core.engine.facade import Engine
@@ -78,10 +79,10 @@ def test_no_decision_before_the_first_sync(server: FakeApiServer) -> None:
     starter = threading.Thread(target=svc.start)
     starter.start()
     try:
-        assert server.wait_watches(1)  # the node watch is up; the pod list is still on its way
+        assert wait_until(lambda: slow.hits >= 1)  # the pod list is on its way (held for a second)
         result = svc.extender.filter({"Pod": pending, "NodeNames": ["n1"]})
         assert result["Error"] == "context cancelled" and result["NodeNames"] is None
-        assert not svc.sync.synced and slow.hits >= 1
+        assert not svc.sync.synced
         assert keys.VGPU_NODE not in annotations(server.get("pods", "default", "p"))  # nothing written
         with svc.lock:
             assert len(svc.engine.ledger) == 0  # nothing reserved
