@@ -104,3 +104,18 @@ def test_registration_pass_drops_the_booking_of_a_pod_that_is_gone(cluster: Memo
             assert all(d.usedmem == 0 for s in svc.engine.nodes.values() for d in s.by_uuid.values())
     finally:
         svc.cluster.close()
+
+
+def test_bind_onto_a_node_with_an_undecodable_bound_allocation_is_refused(service: Scheduler,
+                                                                          cluster: MemoryCluster) -> None:
+    pod = cluster.add_pod(gpu_pod("p", mem=1000))
+    assert post(service.server.url + "/filter", {"Pod": pod, "NodeNames": ["node-a"]})[2]["NodeNames"] == ["node-a"]
+    bad = gpu_pod("bad")  # appears between p's filter and its bind
+    bad["metadata"]["annotations"] = {keys.VGPU_NODE: "node-a", keys.VGPU_DEVICES_ALLOCATED: BAD}
+    bad["spec"]["nodeName"] = "node-a"
+    cluster.add_pod(bad)
+    result = post(service.server.url + "/bind", {"PodName": "p", "PodNamespace": "default",
+                                                  "PodUID": pod["metadata"]["uid"], "Node": "node-a"})[2]
+    assert result["Error"].startswith("node node-a is quarantined: pod default/bad has an undecodable allocation")
+    assert not cluster.get_pod("default", "p")["spec"].get("nodeName")
+    assert keys.NODE_LOCK not in cluster.get_node("node-a")["metadata"]["annotations"]
