@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 PLUGIN_DIRS := $(sort $(dir $(wildcard plugins/*/pyproject.toml))) examples/hami-example-vendor/
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup test lint demo bench clean image docs
+.PHONY: setup test lint demo bench clean image docs soak
 
 setup: $(STAMP)
 
@@ -22,6 +22,10 @@ lint: setup
 
 test: lint
 	$(BIN)/pytest
+
+# The long reliability soak (tests marked `soak`: 2,000 pods over real HTTP, chaos); see docs/reliability.md.
+soak: setup
+	$(BIN)/pytest -m soak tests/reliability
 
 demo: setup
 	$(BIN)/hami simulate

@@ -43,6 +43,10 @@ class Cluster(Protocol):
     def list_pods(self) -> list[dict[str, Any]]:
         ...
 
+    def pods_on_node(self, node: str) -> list[dict[str, Any]]:
+        """Pods bound to ``node`` (``spec.nodeName``), read fresh from the store (not a watch cache)."""
+        ...
+
     def patch_node(self, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
         """Merge-patch a Node; with ``metadata.resourceVersion`` in the patch, a CAS (:class:`ConflictError`)."""
         ...

@@ -203,6 +203,12 @@ class KubeCluster:
         """All Pods in all namespaces."""
         return self._list("Pod")[0]
 
+    def pods_on_node(self, node: str) -> list[dict[str, Any]]:
+        """Pods bound to ``node``: one LIST with ``fieldSelector=spec.nodeName=<node>``."""
+        body = self._call(f"list pods on node {node}", self.core.list_pod_for_all_namespaces,
+                          field_selector=f"spec.nodeName={node}")
+        return [self._typed(item, "Pod") for item in body.get("items") or []]
+
     def patch_node(self, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
         """Merge-patch a Node; with ``metadata.resourceVersion`` in the patch, a CAS (:class:`ConflictError`)."""
         return self._typed(self._call(f"patch node {name}", self.core.patch_node, name, dict(patch),

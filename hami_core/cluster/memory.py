@@ -136,6 +136,11 @@ class MemoryCluster:
         with self._lock:
             return [copy.deepcopy(p) for _, p in sorted(self.pods.items())]
 
+    def pods_on_node(self, node: str) -> list[dict[str, Any]]:
+        with self._lock:
+            return [copy.deepcopy(p) for _, p in sorted(self.pods.items())
+                    if (p.get("spec") or {}).get("nodeName") == node]
+
     def _patch(self, kind: str, store: dict[Any, dict[str, Any]], key: Any, patch: Mapping[str, Any]) -> dict[str, Any]:
         with self._lock:
             obj = store.get(key)

@@ -4,6 +4,17 @@ Wire shapes are ``k8s.io/kube-scheduler/extender/v1``: capitalised keys (read he
 results always carrying every key. The engine is shared with the watch feed (:mod:`.sync`) and guarded
 by one lock; the lock is never held while calling the cluster (a cluster may deliver watch events
 synchronously from the writing thread).
+
+Beyond HAMi, for reliability (docs/reliability.md):
+
+* writes that fail transiently (HTTP 5xx, 409 on a plain patch, timeouts, lost responses) are retried with
+  backoff; a merge patch is idempotent, and a Binding whose response was lost is recognised by re-reading the
+  pod (``spec.nodeName`` already ours), so a bound pod is never reported as failed nor its lock released;
+* a filter whose pod patch finally fails leaves the ledger as the API server has the pod (re-read), so a
+  patch that was applied after all is neither lost nor double counted;
+* bind re-checks, under the node lock, that the pod's devices still fit next to the pods already bound to the
+  node, read fresh from the API server: the node lock serialises binds on a node across scheduler replicas,
+  so two replicas whose ledgers lag each other's reservations can never over-commit a device.
 """
 
 from __future__ import annotations
@@ -14,12 +25,12 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from hami_core.cluster.base import Cluster
+from hami_core.cluster.base import Cluster, NotFoundError
 from hami_core.engine.facade import Engine
-from hami_core.engine.pods import metadata, pod_ref
-from hami_core.plugins.errors import HamiError
+from hami_core.engine.pods import annotations, metadata, pod_key, pod_ref
+from hami_core.plugins.errors import HamiError, TemporaryError
 from hami_core.plugins.types import LockSpec
-from hami_core.scheduler.nodelock import DEFAULT_RETRY_TIMEOUT_S, DEFAULT_TIMEOUT_S, NodeLocker
+from hami_core.scheduler.nodelock import DEFAULT_RETRY_TIMEOUT_S, DEFAULT_TIMEOUT_S, LockContention, NodeLocker, retry
 from hami_core.wire import keys
 from hami_core.wire.reasons import parse_reasons
 from hami_core.wire.times import encode_unix_seconds
@@ -35,6 +46,19 @@ BINDING_FAILED, BINDING_SUCCEED = "BindingFailed", "BindingSucceed"
 
 class BadRequest(HamiError):
     """The request body is structurally wrong (the server answers HTTP 400 with this message)."""
+
+
+class Overcommit(HamiError):
+    """Binding the pod would put a device over its memory, cores or split count (another replica's pod won)."""
+
+
+#: Errors that retrying the same write cannot cure.
+FINAL = (NotFoundError, LockContention, BadRequest, Overcommit)
+
+
+def _final(exc: BaseException) -> bool:
+    """True for errors not worth retrying: 404, contention, and API errors that are not temporary (403, 422)."""
+    return isinstance(exc, FINAL) or (isinstance(exc, HamiError) and not isinstance(exc, TemporaryError))
 
 
 def lower_keys(args: Any, what: str) -> dict[str, Any]:
@@ -120,21 +144,48 @@ class Extender:
         node = decision.node or ""
         patch = {"metadata": {"annotations": dict(decision.annotations), "labels": {keys.VGPU_NODE: node}}}
         meta = metadata(pod)
+        namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
         try:
-            self.cluster.patch_pod(str(meta.get("namespace") or "default"), str(meta.get("name") or ""), patch)
+            self._write(f"patch pod {namespace}/{name}", lambda: self.cluster.patch_pod(namespace, name, patch))
         except Exception as exc:
-            with self.lock:
-                self.engine.unreserve(pod)
-            text = f"failed to patch pod {pod_ref(pod)}: {exc}"
-            log.warning("filter: %s", text)
-            self._event(pod, WARNING, FILTERING_FAILED, text)
-            return filter_result(error=text)
+            if not self._reconcile_filtered(pod, decision.annotations):
+                text = f"failed to patch pod {pod_ref(pod)}: {exc}"
+                log.warning("filter: %s", text)
+                self._event(pod, WARNING, FILTERING_FAILED, text)
+                return filter_result(error=text)
 
         fit = ",".join(f"{n}:{decision.scores[n]:.2f}" for n in sorted(decision.scores))
         self._event(pod, NORMAL, FILTERING_SUCCEED,
                     f"find fit node({node}), {len(names) - len(decision.scores)} nodes not fit, "
                     f"{len(decision.scores)} nodes fit({fit})")
         return filter_result(node_names=[node])
+
+    def _write(self, what: str, step: Callable[[], Any]) -> Any:
+        """``step()`` (an idempotent write), retried with the node lock's backoff on transient errors."""
+        return retry(what, step, attempts=self.locker.attempts, backoff_s=self.locker.backoff_s,
+                     sleep=self.locker.sleep, final=_final)
+
+    def _reconcile_filtered(self, pod: Mapping[str, Any], wanted: Mapping[str, str]) -> bool:
+        """After a failed filter patch, make the ledger match the pod as the API server has it.
+
+        Returns True when the patch was applied after all (a lost response): the reservation stands and the
+        filter succeeds. Otherwise the pod's stored allocation, if any, is booked in place of the reservation
+        (what a restarted scheduler would book), or the reservation is dropped.
+        """
+        meta = metadata(pod)
+        try:
+            fresh = self.cluster.get_pod(str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
+        except Exception as exc:  # gone, or unreadable: the watch feed settles it
+            log.debug("filter: cannot re-read %s: %s", pod_ref(pod), exc)
+            fresh = None
+        applied = fresh is not None and all(annotations(fresh).get(k) == v for k, v in wanted.items())
+        with self.lock:
+            if applied:
+                return True
+            self.engine.unreserve(pod)
+            if fresh is not None and annotations(fresh).get(keys.VGPU_NODE):
+                self.engine.upsert_pod(fresh)
+        return False
 
     def _simulate(self, pod: Mapping[str, Any], nodes: Mapping[str, Any]) -> dict[str, Any]:
         """§6.11: fit onto the supplied Node objects on a throwaway engine; no usage, events or patches."""
@@ -186,7 +237,7 @@ class Extender:
             log.warning("bind %s/%s: %s", namespace, name, exc)
             return {"Error": str(exc)}
         try:
-            self.cluster.get_node(node)
+            node_obj = self.cluster.get_node(node)
         except Exception as exc:
             with self.lock:
                 self.engine.unreserve(pod)
@@ -207,10 +258,11 @@ class Extender:
                     raise
                 if spec not in held:
                     held.append(spec)
+            self._verify_fits(pod, node, node_obj)
             patch = {"metadata": {"annotations": {keys.BIND_PHASE: keys.BIND_PHASE_ALLOCATING,
                                                   keys.BIND_TIME: encode_unix_seconds(self.clock())}}}
-            bound = self.cluster.patch_pod(namespace, name, patch)
-            self.cluster.bind(namespace, name, uid or str(metadata(pod).get("uid") or ""), node)
+            bound = self._write(f"patch pod {namespace}/{name}", lambda: self.cluster.patch_pod(namespace, name, patch))
+            self._bind(namespace, name, uid or str(metadata(pod).get("uid") or ""), node)
         except Exception as exc:
             for spec in held:
                 self._release_quietly(node, pod, spec)
@@ -224,6 +276,76 @@ class Extender:
             log.exception("hami_pod_bound failed for %s/%s (the pod is bound)", namespace, name)
         self._event(pod, NORMAL, BINDING_SUCCEED, f"Successfully binding node [{node}] to {namespace}/{name}")
         return {"Error": ""}
+
+    def _bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        """Create the Binding; an error after which the pod turns out bound to ``node`` (a lost response, or a
+        retry of one) is success. Transient errors are retried; anything else is raised."""
+
+        def step() -> None:
+            try:
+                self.cluster.bind(namespace, name, uid, node)
+                return
+            except Exception as exc:
+                error = exc
+            try:
+                fresh = self.cluster.get_pod(namespace, name)
+            except Exception:
+                raise error from None
+            fresh_uid = str(metadata(fresh).get("uid") or "")
+            if (fresh.get("spec") or {}).get("nodeName") == node and (not uid or fresh_uid == uid):
+                log.info("bind %s/%s: %s, but the pod is bound to %s: done", namespace, name, error, node)
+                return
+            if (fresh.get("spec") or {}).get("nodeName") or (uid and fresh_uid != uid):
+                raise HamiError(str(error) or type(error).__name__) from None  # bound elsewhere / replaced
+            raise error
+
+        self._write(f"bind pod {namespace}/{name} to node {node}", step)
+
+    def _verify_fits(self, pod: Mapping[str, Any], node: str, node_obj: Mapping[str, Any]) -> None:
+        """Under the node lock: the pod's allocation must fit next to the pods already bound to ``node``.
+
+        The pods are read fresh from the API server (not the watch cache), so a pod another replica bound a
+        moment ago counts even if this replica's ledger has not heard of it yet. Pods without a HAMi
+        allocation for ``node`` are bound as HAMi binds them (nothing to check). Pods found are also fed to
+        this replica's ledger so that its next decision knows them.
+        """
+        if annotations(pod).get(keys.VGPU_NODE) is None:
+            return
+        with self.lock:
+            if self.engine.requests(pod).empty:
+                return
+        chosen = annotations(pod).get(keys.VGPU_NODE)
+        if chosen != node:
+            raise Overcommit(f"pod {pod_ref(pod)} was filtered onto node {chosen}, not {node}; it must be filtered "
+                             "again")
+        key = pod_key(pod)
+        others = [p for p in self.cluster.pods_on_node(node)
+                  if pod_key(p) != key and annotations(p).get(keys.VGPU_NODE) == node]
+        scratch = Engine(self.engine.config, plugins=self.engine.plugins, clock=self.engine.clock)
+        scratch.upsert_node(node_obj)
+        for other in others:
+            scratch.upsert_pod(other)
+        state = scratch.nodes.get(node)
+        with self.lock:  # let this replica's ledger catch up with what is bound there
+            for other in others:
+                self.engine.upsert_pod(other)
+        if state is None:
+            return
+        if state.quarantine:
+            raise Overcommit(f"node {node} is quarantined: {'; '.join(sorted(state.quarantine.values()))}")
+        before = {d.id: (d.used, d.usedmem, d.usedcores) for d in state.by_uuid.values()}
+        scratch.upsert_pod(pod)
+        if state.quarantine:
+            raise Overcommit(f"pod {pod_ref(pod)}: {'; '.join(sorted(state.quarantine.values()))}")
+        for d in state.by_uuid.values():
+            used, mem, cores = before[d.id]
+            for what, now, was, total in (("split count", d.used, used, d.count),
+                                          ("memory", d.usedmem, mem, d.totalmem),
+                                          ("cores", d.usedcores, cores, d.totalcore)):
+                if now > was and now > total:
+                    raise Overcommit(f"pod {pod_ref(pod)} cannot bind to node {node}: device {d.id} would be over "
+                                     f"its {what} ({now} > {total}) with the {len(others)} pod(s) already bound "
+                                     "there; it must be filtered again")
 
     def _lock_specs(self, pod: Mapping[str, Any]) -> list[LockSpec]:
         """Every backend's lock for this pod, sorted by backend name."""

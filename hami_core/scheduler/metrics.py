@@ -1,6 +1,7 @@
 """Prometheus metrics of the scheduler (spec §10.3), read live from the engine's inventory and ledger.
 
 Gauges carry HAMi's labels plus the constant label ``zone="vGPU"``; ``hami_build_info`` has no zone.
+``hami_node_quarantined`` (hami-py's own) counts per node the pods whose allocation cannot be decoded.
 Served on their own port (``--metrics-bind``, default ``:9395``) at ``GET /metrics``.
 """
 
@@ -51,9 +52,13 @@ class EngineCollector(Collector):
                          ["namespace", "node", "pod", "container_index", "device_uuid"])
         pod_core = _gauge("hami_vgpu_core_allocated_ratio", "Cores allocated to a pod on a device",
                           ["namespace", "node", "pod", "container_index", "device_uuid"])
+        quarantined = GaugeMetricFamily(
+            "hami_node_quarantined", "Pods whose allocation annotation cannot be decoded on the node "
+            "(> 0: the node is quarantined and takes no new pods)", labels=["node", ZONE[0]])
         with self.lock:
             for name in sorted(self.engine.nodes):
                 state = self.engine.nodes[name]
+                quarantined.add_metric([name, ZONE[1]], len(state.quarantine))
                 for backend in sorted(state.devices):
                     for d in state.devices[backend]:
                         base = [name, d.id, str(d.index), d.type, ZONE[1]]
@@ -74,7 +79,8 @@ class EngineCollector(Collector):
                         labels = [namespace, booking.node, pod, "0", d.uuid, ZONE[1]]
                         pod_mem.add_metric(labels, d.usedmem * MIB)
                         pod_core.add_metric(labels, d.usedcores)
-        yield from (mem_limit, core_limit, mem_alloc, shared, core_alloc, overview, mem_ratio, pod_mem, pod_core)
+        yield from (mem_limit, core_limit, mem_alloc, shared, core_alloc, overview, mem_ratio, pod_mem, pod_core,
+                    quarantined)
         info = GaugeMetricFamily("hami_build_info", "Build information",
                                  labels=["version", "revision", "build_date", "go_version", "compiler", "platform"])
         info.add_metric([__version__, "", "", platform.python_version(), platform.python_implementation(),

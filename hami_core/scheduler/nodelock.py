@@ -4,8 +4,10 @@ A lock is a Node annotation (``hami.io/mutex.lock`` for most vendors) whose valu
 ``<RFC3339>,<namespace>,<pod>`` (owned) or only ``<RFC3339>`` (Cambricon's owner-less lock). It is set with
 a JSON merge patch carrying ``metadata.resourceVersion``, so two schedulers racing for it cannot both win.
 
-* acquire: no lock → set; expired → force-release, then set; held by the same pod → done; held by a pod
-  that is gone or finished → break it, then set; otherwise :class:`LockContention`.
+* acquire: no lock → set; expired → break it, then set; held by the same pod → done; held by a pod
+  that is gone or finished → break it, then set; otherwise :class:`LockContention`. Breaking removes exactly
+  the value judged expired or dangling (compare-and-delete): two schedulers that both saw the same stale lock
+  cannot remove the fresh lock one of them has just set (HAMi's force-release would).
 * set/release retry 5 times with exponential backoff (100 ms, doubling, jitter 0.5) on anything but contention.
   A write whose response was lost is detected by re-reading the node: the lock is ours if it carries our
   owner (or, owner-less, exactly the value we wrote).
@@ -29,7 +31,7 @@ from hami_core.plugins.types import LockSpec
 from hami_core.wire import keys
 from hami_core.wire.lock import decode_node_lock, encode_lock_time, encode_node_lock
 
-__all__ = ["LockContention", "NodeLocker", "go_duration", "is_pod_group_member"]
+__all__ = ["LockContention", "NodeLocker", "go_duration", "is_pod_group_member", "retry"]
 
 log = logging.getLogger("hami.scheduler.nodelock")
 
@@ -142,14 +144,14 @@ class NodeLocker:
             raise HamiError(f"node {node}: {exc}") from None
         if self.clock() - lock.time.timestamp() > self._timeout(spec):
             log.info("node %s: lock %r expired; breaking it", node, value)
-            self.release(node, pod, spec, force=True)
+            self._break(node, spec, value)
             self._set(node, pod, spec)
             return
         if spec.owned and lock.owned_by(namespace, name):
             return
         if not lock.legacy and self._owner_gone(lock.namespace or "", lock.name or ""):
             log.info("node %s: lock %r belongs to a pod that is gone or finished; breaking it", node, value)
-            self.release(node, pod, spec, force=True)
+            self._break(node, spec, value)
             self._set(node, pod, spec)
             return
         raise self._contention(node, spec)
@@ -184,6 +186,11 @@ class NodeLocker:
             self._retry(f"lock node {node}", step)
             log.debug("node %s: %s=%s", node, spec.annotation, wanted)
 
+    def _break(self, node: str, spec: LockSpec, seen: str) -> None:
+        """Remove the lock only while it still is ``seen`` (the value judged expired or dangling)."""
+        with self._mutex(node):
+            self._retry(f"break lock on node {node}", lambda: self._release_step(node, spec, seen))
+
     def _release_step(self, node: str, spec: LockSpec, seen: str) -> None:
         obj = self.cluster.get_node(node)
         if annotations(obj).get(spec.annotation) != seen:
@@ -192,21 +199,7 @@ class NodeLocker:
             "annotations": {spec.annotation: None}, "resourceVersion": metadata(obj).get("resourceVersion")}})
 
     def _retry(self, what: str, step: Callable[[], None]) -> None:
-        delay = self.backoff_s
-        for attempt in range(1, self.attempts + 1):
-            try:
-                step()
-                return
-            except LockContention:
-                raise
-            except Exception as exc:
-                if attempt == self.attempts:
-                    if isinstance(exc, HamiError):
-                        raise
-                    raise HamiError(f"{what}: {exc}") from exc
-                log.debug("%s: attempt %d failed (%s); retrying", what, attempt, exc)
-                self.sleep(delay * (1 + random.uniform(0, 0.5)))
-                delay *= 2
+        retry(what, step, attempts=self.attempts, backoff_s=self.backoff_s, sleep=self.sleep)
 
     def _mutex(self, node: str) -> threading.Lock:
         with self._guard:
@@ -216,6 +209,33 @@ class NodeLocker:
         """Drop the per-node mutex of a deleted node."""
         with self._guard:
             self._mutexes.pop(node, None)
+
+
+def _contention(exc: BaseException) -> bool:
+    return isinstance(exc, LockContention)
+
+
+def retry(what: str, step: Callable[[], Any], *, attempts: int = ATTEMPTS, backoff_s: float = BACKOFF_S,
+          sleep: Callable[[float], None] = time.sleep,
+          final: Callable[[BaseException], bool] = _contention) -> Any:
+    """``step()``, retried with exponential backoff (``backoff_s``, doubling, jitter 0.5) on any error for which
+    ``final(error)`` is false (default: all but contention); the last error is raised as a :class:`HamiError`
+    naming ``what``."""
+    delay = backoff_s
+    for attempt in range(1, attempts + 1):
+        try:
+            return step()
+        except Exception as exc:
+            if final(exc):
+                raise
+            if attempt == attempts:
+                if isinstance(exc, HamiError):
+                    raise
+                raise HamiError(f"{what}: {exc}") from exc
+            log.debug("%s: attempt %d failed (%s); retrying", what, attempt, exc)
+            sleep(delay * (1 + random.uniform(0, 0.5)))
+            delay *= 2
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _owner(pod: Mapping[str, Any]) -> tuple[str, str]:

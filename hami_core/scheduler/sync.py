@@ -4,6 +4,12 @@ Node events register the node (:meth:`Engine.upsert_node`) and write back the no
 asks for (the handshake); pod events book or release usage. Every engine access takes one lock shared
 with the HTTP handlers. The lock is released before the cluster is called, because a cluster may
 deliver watch events synchronously from the thread that writes.
+
+A pod whose allocation annotation cannot be decoded quarantines its node in the engine; the feed makes that
+visible: a Warning Event ``NodeQuarantined`` on the pod and on the node when it starts, a Normal Event
+``NodeQuarantineLifted`` on the node when the pod is fixed or gone (the ``hami_node_quarantined`` metric
+shows the current state). Each registration pass also drops bookings of pods the API server no longer has
+(a reservation made just after the pod's deletion was seen would otherwise hold its devices forever).
 """
 
 from __future__ import annotations
@@ -15,13 +21,15 @@ from typing import Any
 
 from hami_core.cluster.base import Cluster
 from hami_core.engine.facade import Engine
-from hami_core.engine.pods import metadata
+from hami_core.engine.pods import annotations, metadata, pod_key, pod_ref
+from hami_core.wire import keys
 
 __all__ = ["Sync"]
 
 log = logging.getLogger("hami.scheduler.sync")
 
 DEFAULT_INTERVAL_S = 15.0
+QUARANTINED, QUARANTINE_LIFTED = "NodeQuarantined", "NodeQuarantineLifted"
 
 
 class Sync:
@@ -45,6 +53,8 @@ class Sync:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self.passes = 0
+        #: pod key → (node, pod object) of pods whose allocation quarantines their node
+        self._quarantined: dict[str, tuple[str, dict[str, Any]]] = {}
 
     # ------------------------------------------------------------------------------------ lifecycle
     @property
@@ -95,10 +105,20 @@ class Sync:
             gone = [name for name in self.engine.nodes if name not in known]
             for name in gone:
                 self.engine.remove_node(name)
+        with self.lock:
+            booked = set(self.engine.ledger.bookings) | set(self._quarantined)
         pods = self.cluster.list_pods()
+        listed = {pod_key(p) for p in pods}
+        changes = []
         with self.lock:
             for pod in pods:
-                self.engine.upsert_pod(pod)
+                changes.append(self._apply_pod("MODIFIED", pod))
+            # Booked before the list was taken yet not listed: the pod is gone and its DELETED was missed.
+            for key in sorted(booked - listed):
+                log.info("pod %s: no longer on the API server; releasing its booking", key)
+                changes.append(self._apply_pod("DELETED", {"metadata": {"uid": key}}))
+        for change in changes:
+            self._announce(change)
         self.passes += 1
         self._synced.set()
         if self.on_pass is not None:
@@ -121,13 +141,50 @@ class Sync:
         """Watch callback for Pods."""
         try:
             with self.lock:
-                if event == "DELETED":
-                    self.engine.remove_pod(pod)
-                else:
-                    self.engine.upsert_pod(pod)
+                change = self._apply_pod(event, pod)
+            self._announce(change)
         except Exception:
             log.exception("pod %s/%s: %s event not applied", metadata(pod).get("namespace"),
                           metadata(pod).get("name"), event)
+
+    def _apply_pod(self, event: str, pod: dict[str, Any]) -> tuple[str, str, dict[str, Any], str] | None:
+        """Book or release ``pod`` (engine lock held); returns a quarantine change to announce, if any:
+        (``"start"`` or ``"lift"``, node, pod, reason)."""
+        key = pod_key(pod)
+        if event == "DELETED":
+            self.engine.remove_pod(pod)
+        else:
+            self.engine.upsert_pod(pod)
+        node = str(annotations(pod).get(keys.VGPU_NODE) or "")
+        state = self.engine.nodes.get(node) if event != "DELETED" else None
+        reason = state.quarantine.get(key) if state is not None else None
+        before = self._quarantined.get(key)
+        if reason is not None and before is None:
+            self._quarantined[key] = (node, pod)
+            return "start", node, pod, reason
+        if reason is None and before is not None:
+            del self._quarantined[key]
+            return "lift", before[0], before[1], ""
+        return None
+
+    def _announce(self, change: tuple[str, str, dict[str, Any], str] | None) -> None:
+        """Events for a quarantine change (outside the engine lock: the cluster is called)."""
+        if change is None:
+            return
+        what, node, pod, reason = change
+        node_ref = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}
+        try:
+            if what == "start":
+                log.error("node %s quarantined: %s", node, reason)
+                self.cluster.event(pod, "Warning", QUARANTINED,
+                                   f"node {node} quarantined: no new pods until this allocation is fixed: {reason}")
+                self.cluster.event(node_ref, "Warning", QUARANTINED, f"no new pods on this node: {reason}")
+            else:
+                log.info("node %s: quarantine by pod %s lifted", node, pod_ref(pod))
+                self.cluster.event(node_ref, "Normal", QUARANTINE_LIFTED,
+                                   f"pod {pod_ref(pod)} no longer holds an undecodable allocation on this node")
+        except Exception as exc:  # events are best effort
+            log.debug("quarantine event for node %s not recorded: %s", node, exc)
 
     def _register(self, node: Mapping[str, Any]) -> None:
         name = str(metadata(node).get("name") or "")

@@ -19,24 +19,31 @@ Fault injection for tests: :meth:`FakeApiServer.break_watches` aborts every open
 :meth:`FakeApiServer.compact` forgets the event log so that watches from older versions get ``410 Gone``
 (``gone_as_event`` chooses between an HTTP 410 and an in-stream ``ERROR`` event, both of which real servers
 produce); :meth:`FakeApiServer.drop_next_response` makes the next matching request take effect but closes the
-connection without answering ("lost response").
+connection without answering ("lost response"); :meth:`FakeApiServer.inject` is the general form: on chosen
+verbs and paths (and optionally request bodies), answer an error status without applying the request (409, 500,
+503, ...), apply it and hang up (lost response), or apply it and answer only after a delay (a client timeout),
+a given number of times or at a seeded random rate. Pod LISTs honour ``fieldSelector=spec.nodeName=<node>``.
 
-Not implemented: label/field selectors, pagination (``limit``/``continue``), bookmarks, JSON patch, apply,
-authentication, admission, finalizers and graceful deletion.
+Not implemented: label selectors, field selectors other than ``spec.nodeName`` on pods, pagination
+(``limit``/``continue``), bookmarks, JSON patch, apply, authentication, admission, finalizers and graceful
+deletion.
 """
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import copy
 import itertools
 import json
+import random
 import re
 import socket
 import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -86,6 +93,30 @@ class ApiError(Exception):
         self.body = body
 
 
+@dataclass
+class Fault:
+    """One injected fault (see :meth:`FakeApiServer.inject`); ``hits`` counts the requests it struck."""
+
+    method: str
+    path: str
+    code: int | None = None
+    lost: bool = False
+    delay_s: float = 0.0
+    body: str = ""
+    count: int | None = 1
+    rate: float = 1.0
+    rng: random.Random = field(default_factory=random.Random)
+    hits: int = 0
+
+    def matches(self, method: str, path: str, body: bytes) -> bool:
+        return (self.method in ("*", method) and self.path in path
+                and (not self.body or self.body.encode() in body))
+
+
+_REASONS = {409: "Conflict", 429: "TooManyRequests", 500: "InternalError", 503: "ServiceUnavailable",
+            504: "Timeout"}
+
+
 class FakeApiServer:
     """The store, the event log and the HTTP server. Use as a context manager or call :meth:`stop`."""
 
@@ -107,6 +138,7 @@ class FakeApiServer:
         self.active_watches = 0
         self.requests: list[tuple[str, str, str]] = []  # (method, path, content-type)
         self._drop: list[tuple[str, str]] = []  # (method, path substring)
+        self.faults: list[Fault] = []
         handler = type("Handler", (_Handler,), {"api": self})
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.httpd.daemon_threads = True
@@ -184,6 +216,40 @@ class FakeApiServer:
         """Let the next ``method`` request whose path contains ``path_contains`` take effect, then hang up."""
         with self.cond:
             self._drop.append((method.upper(), path_contains))
+
+    def inject(self, method: str, path_contains: str = "", *, status: int | None = None, lost: bool = False,
+               delay_s: float = 0.0, body_contains: str = "", count: int | None = 1, rate: float = 1.0,
+               seed: int = 0) -> Fault:
+        """Strike matching requests (``method`` ``"*"`` = any verb; watches are never struck).
+
+        * ``status``: answer that HTTP status (a ``kind: Status`` body) **without** applying the request;
+        * ``lost``: apply the request, then close the connection without answering;
+        * ``delay_s``: apply the request, then wait before answering (a client with a shorter timeout gives up);
+          with ``status``, wait and then answer the error, the request not applied.
+
+        ``body_contains`` narrows the match to request bodies containing that text. The fault strikes the first
+        ``count`` matching requests (``None``: all of them), each with probability ``rate`` (seeded).
+        Returns the :class:`Fault`; :meth:`clear_faults` removes them all.
+        """
+        fault = Fault(method.upper(), path_contains, status, lost, delay_s, body_contains, count, rate,
+                      random.Random(seed))
+        with self.cond:
+            self.faults.append(fault)
+        return fault
+
+    def clear_faults(self) -> None:
+        with self.cond:
+            self.faults.clear()
+
+    def _take_fault(self, method: str, path: str, body: bytes) -> Fault | None:
+        with self.cond:
+            for fault in self.faults:
+                if fault.count is not None and fault.hits >= fault.count:
+                    continue
+                if fault.matches(method, path, body) and fault.rng.random() < fault.rate:
+                    fault.hits += 1
+                    return fault
+        return None
 
     def _take_drop(self, method: str, path: str) -> bool:
         with self.cond:
@@ -275,11 +341,13 @@ class FakeApiServer:
             self._emit(plural, key[1], "DELETED", obj)
             return copy.deepcopy(obj)
 
-    def list(self, plural: str, ns: str | None = None) -> tuple[list[dict[str, Any]], int]:
-        """Objects (sorted by namespace and name) and the list's resourceVersion."""
+    def list(self, plural: str, ns: str | None = None, node: str | None = None) -> tuple[list[dict[str, Any]], int]:
+        """Objects (sorted by namespace and name) and the list's resourceVersion; ``node``: pods bound there."""
         with self.cond:
-            items = [copy.deepcopy(o) for (p, n, _), o in sorted(self.store.items())
-                     if p == plural and (ns is None or n == ns)]
+            items = [copy.deepcopy(o) for (_, _, _), o in sorted(
+                     (k, o) for k, o in self.store.items()
+                     if k[0] == plural and (ns is None or k[1] == ns)
+                     and (node is None or (o.get("spec") or {}).get("nodeName") == node))]
             return items, self.rv
 
     def bind(self, ns: str, name: str, binding: Mapping[str, Any]) -> None:
@@ -314,6 +382,13 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # silence
         pass
 
+    def setup(self) -> None:
+        super().setup()
+        # Headers and body go out as separate writes; without TCP_NODELAY, Nagle plus the client's delayed ACK
+        # stall every keep-alive response by ~40 ms.
+        with contextlib.suppress(OSError):
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
     # --------------------------------------------------------------------------- plumbing
     def _send_json(self, code: int, body: Any) -> None:
         data = json.dumps(body).encode()
@@ -323,9 +398,12 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def _read_body(self) -> Any:
+    def _read_raw(self) -> bytes:
         length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length) if length else b""
+        return self.rfile.read(length) if length else b""
+
+    @staticmethod
+    def _decode(raw: bytes) -> Any:
         try:
             return json.loads(raw or b"null")
         except ValueError:
@@ -341,20 +419,33 @@ class _Handler(BaseHTTPRequestHandler):
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
         self.api.requests.append((method, url.path, self.headers.get("Content-Type", "")))
         m = _PATH.match(url.path)
+        raw = self._read_raw() if method in ("POST", "PUT", "PATCH") else b""
+        watching = query.get("watch") in ("true", "1")
+        fault = None if watching else self.api._take_fault(method, url.path, raw)
         try:
+            if fault is not None and fault.code is not None:
+                if fault.delay_s:
+                    time.sleep(fault.delay_s)
+                raise ApiError(status(fault.code, _REASONS.get(fault.code, "InternalError"),
+                                      f"injected fault: HTTP {fault.code} on {method} {url.path}"))
             if not m or m["plural"] not in RESOURCES:
                 raise ApiError(status(404, "NotFound", "the server could not find the requested resource"))
-            body = self._read_body() if method in ("POST", "PUT", "PATCH") else None
+            body = self._decode(raw) if method in ("POST", "PUT", "PATCH") else None
             result = self._handle(method, m["plural"], m["ns"] or "", m["name"], m["sub"], query, body)
             if result is None:  # a watch wrote its own response
                 return
             code, payload = result
         except ApiError as exc:
             code, payload = exc.body["code"], exc.body
-        if self.api._take_drop(method, url.path):
+        if self.api._take_drop(method, url.path) or (fault is not None and fault.lost):
             self._hang_up()
             return
-        self._send_json(code, payload)
+        if fault is not None and fault.delay_s:
+            time.sleep(fault.delay_s)
+        try:
+            self._send_json(code, payload)
+        except OSError:  # the client gave up waiting
+            self.close_connection = True
 
     def do_GET(self) -> None:
         self._dispatch("GET")
@@ -386,7 +477,13 @@ class _Handler(BaseHTTPRequestHandler):
                 if query.get("watch") in ("true", "1"):
                     self._watch(plural, ns if namespaced and ns else None, query)
                     return None
-                items, rv = api.list(plural, ns if ns else None)
+                node = None
+                selector = query.get("fieldSelector") or ""
+                if selector:
+                    if plural != "pods" or not selector.startswith("spec.nodeName="):
+                        raise ApiError(status(400, "BadRequest", f"unsupported field selector {selector!r}"))
+                    node = selector.removeprefix("spec.nodeName=")
+                items, rv = api.list(plural, ns if ns else None, node)
                 for item in items:  # list items carry no kind/apiVersion on the wire
                     item.pop("kind", None)
                     item.pop("apiVersion", None)
@@ -463,9 +560,10 @@ class _Handler(BaseHTTPRequestHandler):
                             pending = [json.dumps({"type": "ERROR", "object": too_old}).encode() + b"\n"]
                             end = True
                             break
+                        start = bisect.bisect_right(api.log, since, key=lambda e: e[0])  # the log is in rv order
                         pending = [json.dumps({"type": t, "object": o}).encode() + b"\n"
-                                   for rv, p, n, t, o in api.log
-                                   if rv > since and p == plural and (ns is None or n == ns)]
+                                   for rv, p, n, t, o in api.log[start:]
+                                   if p == plural and (ns is None or n == ns)]
                         if api.log and api.log[-1][0] > since:
                             since = api.log[-1][0]
                         if pending:
