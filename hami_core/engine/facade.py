@@ -106,6 +106,7 @@ class Engine:
         self._health_state: dict[str, dict[str, Any]] = {name: {} for name in self.backends}
         # pod key → node it quarantined (undecodable allocation)
         self._quarantined_by: dict[str, str] = {}
+        self._quarantine_reason: dict[str, str] = {}
         # pod key → (node, CPU milli, memory MiB) it requests there; node → keys booked on it
         self._host: dict[str, tuple[str, int, int]] = {}
         self._host_by_node: dict[str, set[str]] = {}
@@ -196,6 +197,9 @@ class Engine:
         if state is None:
             state = self.nodes[name] = NodeState(name)
             self.table.add(state)
+            for key, node in self._quarantined_by.items():  # a node deleted and re-added stays quarantined
+                if node == name:
+                    state.quarantine[key] = self._quarantine_reason[key]
             for key in self._host_by_node.get(name, ()):  # pods that were booked while the node was away
                 _, cpu, mem = self._host[key]
                 state.add_host(cpu, mem, 1)
@@ -283,10 +287,12 @@ class Engine:
 
     def _quarantine(self, key: str, node: str, reason: str) -> None:
         self._quarantined_by[key] = node
+        self._quarantine_reason[key] = reason
         self._state(node).quarantine[key] = reason
 
     def _release_quarantine(self, key: str) -> None:
         node = self._quarantined_by.pop(key, None)
+        self._quarantine_reason.pop(key, None)
         if node is not None and node in self.nodes:
             self.nodes[node].quarantine.pop(key, None)
 

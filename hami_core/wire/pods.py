@@ -64,14 +64,15 @@ def _field_int(text: str, field: str, key: str) -> int:
 def decode_container_devices(value: str, *, key: str = "") -> tuple[ContainerDevice, ...]:
     """Decode one container's devices like HAMi ``DecodeContainerDevices`` (spec §3.4).
 
-    Format: pieces split on ``:``; pieces without ``,`` (including empty ones) are skipped; a piece with
-    fewer than 4 comma fields is an error ("pod annotation format error ..."); fields past the 4th are
-    ignored; mem and cores parse as non-negative int32 and the UUID and type must not be empty (a usage that
-    cannot be booked faithfully is an error, not a silent under-booking). Decoded devices have ``idx=-1``.
+    Format: pieces split on ``:``; empty pieces are skipped; a piece with fewer than 4 comma fields is an
+    error ("pod annotation format error ..."); fields past the 4th are ignored; mem and cores parse as
+    non-negative int32 and the UUID and type must not be empty. Stricter than HAMi, which also skips
+    non-empty pieces without a comma: an allocation that cannot be booked faithfully is an error (the
+    engine quarantines the node), never a silent under-booking. Decoded devices have ``idx=-1``.
     """
     devices: list[ContainerDevice] = []
     for piece in value.split(DEVICE_SEP):
-        if "," not in piece:
+        if not piece.strip():
             continue
         fields = piece.split(",")
         if len(fields) < 4:

@@ -97,8 +97,14 @@ def test_empty_and_separator_only_values() -> None:
     assert encode_pod_single_device(()) == ""
 
 
-def test_pieces_without_comma_are_skipped_and_extra_fields_ignored() -> None:
-    assert decode_container_devices("junk:GPU-a,NVIDIA,10,20,extra,more:") == (dev("GPU-a", 10, 20),)
+def test_empty_pieces_are_skipped_and_extra_fields_ignored() -> None:
+    assert decode_container_devices(":GPU-a,NVIDIA,10,20,extra,more::") == (dev("GPU-a", 10, 20),)
+
+
+def test_piece_without_comma_is_an_error_not_a_silent_skip() -> None:
+    """Stricter than HAMi (which skips it): ``junk`` would book nothing, so the engine must quarantine."""
+    with pytest.raises(WireFormatError, match=r'pod annotation format error.*"junk"'):
+        decode_container_devices("junk:GPU-a,NVIDIA,10,20:")
 
 
 @pytest.mark.parametrize(("text", "message"), [
