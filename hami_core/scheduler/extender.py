@@ -76,6 +76,7 @@ class Extender:
         self.ready = ready
         self.sync_wait_s = sync_wait_s
         self.clock = clock if clock is not None else engine.clock
+        self._names_seen: list[str] | None = None  # the last NodeNames list that passed the check
         self.locker = NodeLocker(cluster, timeout_s=lock_timeout, retry_timeout_s=lock_retry_timeout,
                                  clock=self.clock, sleep=sleep)
 
@@ -88,9 +89,7 @@ class Extender:
             return filter_result(error="extender args missing pod")
         if not isinstance(pod, Mapping):
             raise BadRequest(f"ExtenderArgs.Pod must be a Pod object, got {type(pod).__name__}")
-        names = low.get("nodenames")
-        if names is not None and (not isinstance(names, list) or not all(isinstance(n, str) for n in names)):
-            raise BadRequest("ExtenderArgs.NodeNames must be a list of node names")
+        names = self._node_names(low.get("nodenames"))
         nodes = low.get("nodes")
         if nodes is not None and not isinstance(nodes, Mapping):
             raise BadRequest("ExtenderArgs.Nodes must be a NodeList object")
@@ -103,7 +102,7 @@ class Extender:
             return filter_result(node_names=list(names) if names is not None else None)
         if nodes is not None:
             return self._simulate(pod, nodes)
-        names = list(names or [])
+        names = names if names is not None else []
 
         with self.lock:
             self.engine.unreserve(pod)  # re-filtered: its earlier reservation no longer counts (§6.1 step 4)
@@ -135,6 +134,23 @@ class Extender:
                     f"find fit node({node}), {len(names) - len(decision.scores)} nodes not fit, "
                     f"{len(decision.scores)} nodes fit({fit})")
         return filter_result(node_names=[node])
+
+    def _node_names(self, names: Any) -> list[str] | None:
+        """``ExtenderArgs.NodeNames`` checked to be a list of strings.
+
+        kube-scheduler names the same nodes in request after request, so the last list checked is kept: an
+        equal list is answered with that one (one C-level comparison instead of a type check per name, and
+        the engine's candidate cache then compares item by identity).
+        """
+        if names is None:
+            return None
+        seen = self._names_seen
+        if seen is not None and names == seen:
+            return seen
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise BadRequest("ExtenderArgs.NodeNames must be a list of node names")
+        self._names_seen = names
+        return names
 
     def _simulate(self, pod: Mapping[str, Any], nodes: Mapping[str, Any]) -> dict[str, Any]:
         """§6.11: fit onto the supplied Node objects on a throwaway engine; no usage, events or patches."""
