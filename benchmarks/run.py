@@ -8,7 +8,8 @@ Sections (``--sections 1,2,...``):
 2. the same 1-GPU pod through the HTTP extender (``/filter`` + ``/bind`` over 127.0.0.1 against the
    in-memory cluster), next to the JSON floor (decode the ExtenderArgs body, encode the reply) and the
    transport floor (a ``GET /healthz`` round trip on the same connection);
-3. sustained throughput: pods filtered and bound through HTTP on 1,000 nodes, 1 and 4 client threads;
+3. sustained throughput: pods filtered and bound through HTTP on 1,000 nodes, 1 and 4 client threads; the client
+   runs in a separate process (as kube-scheduler does), the device plugin's lock release in the scheduler's;
 4. memory: RSS of an engine holding N nodes x 8 GPUs and M booked pods (in a clean subprocess);
 5. ``hami simulate`` on the openb default trace, one seed, binpack (wall time of a subprocess).
 
@@ -204,6 +205,18 @@ class Service:
     def stop(self) -> None:
         self.svc.stop()
 
+    def release_locks_when_bound(self) -> None:
+        """Play the device plugin: once a pod is bound (``spec.nodeName`` set), drop its node's lock."""
+        from hami_core.wire import keys
+
+        def on_pod(event: str, pod: dict[str, Any]) -> None:
+            node = (pod.get("spec") or {}).get("nodeName")
+            annos = (pod.get("metadata") or {}).get("annotations") or {}
+            if event == "MODIFIED" and node and annos.get(keys.BIND_PHASE) == keys.BIND_PHASE_ALLOCATING:
+                self.release_lock(node)
+
+        self.cluster.watch(lambda event, node: None, on_pod)
+
     def release_lock(self, node: str) -> None:
         """What the device plugin does after Allocate: drop the node lock (not scheduler cost)."""
         from hami_core.wire import keys
@@ -300,18 +313,25 @@ def table_http(rows: list[dict[str, Any]], cfg: dict[str, Any]) -> Table:
 # --------------------------------------------------------------------------------------------- section 3
 
 def section_throughput(cfg: dict[str, Any]) -> list[dict[str, Any]]:
+    """Filter+bind N pods; the client (kube-scheduler's part) runs in its own process, as in a cluster."""
     rows = []
     for threads in (1, 4):
         count = cfg["tp_pods"]
         with console.status(f"[3] {count} pods through HTTP on {cfg['tp_nodes']} nodes, {threads} thread(s)"):
             svc = Service(cfg["tp_nodes"], 0.0)
-            pods = [request_pod("1gpu", f"tp-{i}") for i in range(count)]
-            for p in pods:
-                svc.cluster.add_pod(p)
+            for i in range(count):
+                svc.cluster.add_pod(request_pod("1gpu", f"tp-{i}"))
+            svc.release_locks_when_bound()
             gc.freeze()
             try:
-                rows.append({"threads": threads, "nodes": cfg["tp_nodes"],
-                             **throughput(svc, pods, threads)})
+                cpu0 = time.process_time()
+                out = subprocess.run([sys.executable, __file__, "--tp-client",
+                                      f"{svc.host},{svc.port},{cfg['tp_nodes']},{count},{threads}"],
+                                     check=True, capture_output=True, text=True)
+                server_cpu = time.process_time() - cpu0
+                stats = json.loads(out.stdout)
+                rows.append({"threads": threads, "nodes": cfg["tp_nodes"], **stats,
+                             "server_cpu_s": server_cpu, "server_cpu_ms_per_pod": 1000 * server_cpu / max(1, count)})
             finally:
                 gc.unfreeze()
                 svc.stop()
@@ -320,13 +340,16 @@ def section_throughput(cfg: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def throughput(svc: Service, pods: list[dict[str, Any]], threads: int) -> dict[str, Any]:
+def tp_client(host: str, port: int, nodes: int, count: int, threads: int) -> dict[str, Any]:
+    """The client side of section 3 (run in a subprocess): ``threads`` keep-alive connections."""
+    names = [f"node-{n:05d}" for n in range(nodes)]
+    pods = [request_pod("1gpu", f"tp-{i}") for i in range(count)]
     queue = iter(pods)
     qlock = threading.Lock()
     stats = {"bound": 0, "retries": 0, "failed": 0}
 
     def worker() -> None:
-        conn = svc.conn()
+        conn = http.client.HTTPConnection(host, port, timeout=60)
         while True:
             with qlock:
                 pod = next(queue, None)
@@ -334,7 +357,7 @@ def throughput(svc: Service, pods: list[dict[str, Any]], threads: int) -> dict[s
                 break
             name = pod["metadata"]["name"]
             for _ in range(50):  # a lost node-lock race is retried like kube-scheduler's requeue
-                body = json.dumps({"Pod": pod, "Nodes": None, "NodeNames": svc.names}).encode()
+                body = json.dumps({"Pod": pod, "Nodes": None, "NodeNames": names}).encode()
                 result = post(conn, "/filter", body)
                 if not result.get("NodeNames"):
                     with qlock:
@@ -344,7 +367,6 @@ def throughput(svc: Service, pods: list[dict[str, Any]], threads: int) -> dict[s
                 res = post(conn, "/bind", json.dumps({"PodName": name, "PodNamespace": "bench",
                                                       "PodUID": pod["metadata"]["uid"], "Node": node}).encode())
                 if not res.get("Error"):
-                    svc.release_lock(node)
                     with qlock:
                         stats["bound"] += 1
                     break
@@ -362,16 +384,17 @@ def throughput(svc: Service, pods: list[dict[str, Any]], threads: int) -> dict[s
     for w in workers:
         w.join()
     wall = time.perf_counter() - t0
-    return {"pods": len(pods), **stats, "wall_s": wall, "pods_per_s": stats["bound"] / wall}
+    return {"pods": count, **stats, "wall_s": wall, "pods_per_s": stats["bound"] / wall}
 
 
 def table_throughput(rows: list[dict[str, Any]]) -> Table:
     t = Table(title="3. Sustained /filter + /bind through HTTP (1-GPU pods, empty cluster)")
-    for col in ("nodes", "client threads", "pods", "bound", "lock retries", "failed", "wall s", "pods/s"):
+    for col in ("nodes", "client threads", "pods", "bound", "lock retries", "failed", "wall s", "pods/s",
+                "server CPU ms/pod"):
         t.add_column(col, justify="right")
     for r in rows:
         t.add_row(str(r["nodes"]), str(r["threads"]), str(r["pods"]), str(r["bound"]), str(r["retries"]),
-                  str(r["failed"]), f"{r['wall_s']:.1f}", f"{r['pods_per_s']:.0f}")
+                  str(r["failed"]), f"{r['wall_s']:.1f}", f"{r['pods_per_s']:.0f}", f"{r['server_cpu_ms_per_pod']:.2f}")
     return t
 
 
@@ -475,7 +498,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tp-pods", type=int, help="override the pods of section 3")
     parser.add_argument("--mem", help="override section 4 as NODES,PODS")
     parser.add_argument("--memory-child", help=argparse.SUPPRESS)
+    parser.add_argument("--tp-client", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.tp_client:
+        host, port, nodes, count, threads = args.tp_client.split(",")
+        json.dump(tp_client(host, int(port), int(nodes), int(count), int(threads)), sys.stdout)
+        return 0
     if args.memory_child:
         nodes, pods = (int(x) for x in args.memory_child.split(","))
         json.dump(memory_child(nodes, pods), sys.stdout)

@@ -293,7 +293,7 @@ class Engine:
         return admission.admit(self.hook, self._backend_list, pod, self.config.scheduler)
 
     def schedule(self, pod: Mapping[str, Any], node_names: Iterable[str] | None = None, *,
-                 limit: int | None = None) -> Decision:
+                 limit: int | None = None, requests: ContainerRequests | None = None) -> Decision:
         """Choose a node and devices for ``pod`` among ``node_names`` (default: every known node).
 
         Changes no state. A pod that holds a reservation is evaluated as if it did not (HAMi drops a
@@ -306,9 +306,12 @@ class Engine:
         chosen node is the same; ``nodes`` and ``failed`` then cover only what was examined, except that
         when nothing fits every candidate is examined so each gets its reason. (When a plugin scores
         by the placement itself, ``hami_score_nodes``, every node is fitted anyway.)
+
+        ``requests``: ``self.requests(pod)`` when the caller has just computed it (saves parsing it twice).
         """
         ref = pod_ref(pod)
-        requests = self.requests(pod)
+        if requests is None:
+            requests = self.requests(pod)
         if requests.empty:
             names = sorted(self.nodes) if node_names is None else sorted(node_names)
             return Decision(pod=ref, nodes=tuple(names), requests=requests, skipped=True)

@@ -106,7 +106,7 @@ class Extender:
 
         with self.lock:
             self.engine.unreserve(pod)  # re-filtered: its earlier reservation no longer counts (§6.1 step 4)
-            decision = self.engine.schedule(pod, names, limit=1)
+            decision = self.engine.schedule(pod, names, limit=1, requests=requests)
             if decision.ok:
                 self.engine.reserve(pod, decision)
         if decision.error:
