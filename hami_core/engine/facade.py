@@ -133,7 +133,7 @@ class Engine:
         patch: dict[str, str | None] = {}
         # A node update that changes only a node-lock annotation (two per bind) reads the same registrations:
         # reuse what was read from the same content instead of decoding every backend's devices again.
-        content = self._registration_content(node)
+        content = self._registration_content(state)
         memo = state.registration[1] if state.registration is not None and state.registration[0] == content else {}
         read: dict[str, Any] = {}
         for backend in self._backend_list:
@@ -192,16 +192,16 @@ class Engine:
                 f"{len(foreign)} device(s) ignored: type {foreign[0].type!r} does not contain {backend.name!r}")
         return devices, ""
 
-    def _registration_content(self, node: Mapping[str, Any]) -> tuple[Any, ...]:
+    def _registration_content(self, state: NodeState) -> tuple[Any, ...]:
         """What device registrations are read from (HAMi's ``GetNodeDevices`` reads annotations): the node's
-        annotations without its lock annotations, its labels, allocatable and capacity, copied so that a
-        caller changing the node object in place is still seen as a change."""
-        meta = node.get("metadata") or {}
-        status = node.get("status") or {}
+        annotations without its lock annotations, its labels, allocatable and capacity. ``state`` holds fresh
+        copies of these from :meth:`NodeState.update_object`, so a caller changing its node object in place
+        cannot change them behind the engine's back."""
+        annos = state.annotations
         locks = self._lock_annotations
-        annos = {k: v for k, v in (meta.get("annotations") or {}).items() if k not in locks}
-        return (annos, dict(meta.get("labels") or {}), dict(status.get("allocatable") or {}),
-                dict(status.get("capacity") or {}))
+        if any(k in annos for k in locks):
+            annos = {k: v for k, v in annos.items() if k not in locks}
+        return annos, state.labels, state.allocatable, state.capacity
 
     @staticmethod
     def _stamp(backend: DeviceBackend, device: DeviceInfo) -> DeviceInfo:
@@ -458,7 +458,7 @@ class Engine:
             start += size
             size *= 4
         if not feasible:
-            self._explain(cycle, [alive[i] for i in order if not possible[i]])
+            self._explain(cycle, [alive[i] for i in order[~possible[order]].tolist()])
         return feasible
 
     @staticmethod

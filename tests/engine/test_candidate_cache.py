@@ -164,3 +164,13 @@ def test_stale_handshake_is_checked_on_a_lock_only_change(make_engine: Any, cloc
     clock[0] += 5
     engine.upsert_node(node)
     assert len(seen) == 2 and seen[1] == seen[0] + 5
+
+
+def test_precomputed_requests_give_the_same_decision(engine: Engine) -> None:
+    _cluster(engine, ["a", "b"])
+    pod = make_pod("p", acme(1, 100))
+    plain = engine.schedule(pod, ["a", "b"], limit=1)
+    given = engine.schedule(pod, ["a", "b"], limit=1, requests=engine.requests(pod))
+    assert plain.node == "b"
+    assert (given.node, given.annotations, given.devices, given.requests) == (
+        plain.node, plain.annotations, plain.devices, plain.requests)
