@@ -250,7 +250,12 @@ class Engine:
         self._release_quarantine(key)
         init_count = len(((pod.get("spec") or {}).get("initContainers")) or [])
         booked = collapse(devices, init_count, app_only=init_count > 0 and init_containers_done(pod))
-        self.ledger.book(Booking(key, pod_ref(pod), node, booked), self.nodes)
+        booking = Booking(key, pod_ref(pod), node, booked)
+        if self.ledger.get(key) == booking:
+            # Every update of a scheduled pod (bind-phase patch, binding, status) repeats its allocation:
+            # re-booking it would only churn the node's usage and invalidate its per-node caches.
+            return
+        self.ledger.book(booking, self.nodes)
 
     def remove_pod(self, pod: Mapping[str, Any]) -> None:
         """Release everything the pod holds (deleted or finished)."""

@@ -174,3 +174,18 @@ def test_precomputed_requests_give_the_same_decision(engine: Engine) -> None:
     assert plain.node == "b"
     assert (given.node, given.annotations, given.devices, given.requests) == (
         plain.node, plain.annotations, plain.devices, plain.requests)
+
+
+def test_repeated_pod_update_does_not_rebook(engine: Engine) -> None:
+    engine.upsert_node(make_node("n", [acme_device(0), acme_device(1)]))
+    pod = scheduled(make_pod("run", acme(1, 1000)), "n", "dev0,ACME,1000,0:;")
+    engine.upsert_pod(pod)
+    generation = engine.nodes["n"].generation
+    pod["metadata"]["annotations"]["hami.io/bind-phase"] = "allocating"  # an update that keeps the allocation
+    engine.upsert_pod(pod)
+    assert engine.nodes["n"].generation == generation
+    assert _usage(engine, "n") == {"dev0": (1, 1000, 0), "dev1": (0, 0, 0)}
+    moved = scheduled(make_pod("run", acme(1, 2000)), "n", "dev1,ACME,2000,0:;")
+    engine.upsert_pod(moved)
+    assert engine.nodes["n"].generation != generation
+    assert _usage(engine, "n") == {"dev0": (0, 0, 0), "dev1": (1, 2000, 0)}
