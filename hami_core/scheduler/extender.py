@@ -149,7 +149,7 @@ class Extender:
             return seen
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
             raise BadRequest("ExtenderArgs.NodeNames must be a list of node names")
-        self._names_seen = names
+        self._names_seen = list(names)  # a copy: the caller's list may change after this request
         return names
 
     def _simulate(self, pod: Mapping[str, Any], nodes: Mapping[str, Any]) -> dict[str, Any]:
