@@ -8,9 +8,12 @@ the cluster between decisions that name the *same* list and check that every cha
 from __future__ import annotations
 
 import json
+import random
 from typing import Any
 
 from core_helpers import ACME_REGISTER, acme, acme_device, make_node, make_pod, scheduled
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from hami_core import hookimpl
 from hami_core.engine.facade import Engine
@@ -189,3 +192,39 @@ def test_repeated_pod_update_does_not_rebook(engine: Engine) -> None:
     engine.upsert_pod(moved)
     assert engine.nodes["n"].generation != generation
     assert _usage(engine, "n") == {"dev0": (0, 0, 0), "dev1": (1, 2000, 0)}
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10_000), policy=st.sampled_from(["binpack", "spread"]))
+def test_named_candidates_do_not_depend_on_order_repeats_or_the_cache(make_engine: Any, seed: int,
+                                                                      policy: str) -> None:
+    """Any order, repeated and unknown names: the same decision as the sorted distinct list, call after call."""
+    rng = random.Random(seed)
+    engine: Engine = make_engine()
+    nodes = [f"node-{n:02d}" for n in range(rng.randint(1, 10))]
+    for n, name in enumerate(nodes):
+        devs = [acme_device(g, id=f"{name}-g{g}", count=rng.choice([1, 10]), devmem=rng.choice([1000, 4000]))
+                for g in range(rng.randint(0, 3))]  # 0 devices: an unregistered node
+        engine.upsert_node(make_node(name, devs))
+        for g, dev in enumerate(devs):
+            if rng.random() < 0.5:
+                engine.upsert_pod(scheduled(make_pod(f"run-{n}-{g}", acme(1, 100)), name,
+                                            f"{dev['id']},ACME,{rng.randint(0, dev['devmem'] // 2)},0:;"))
+    annos = {"hami.io/node-scheduler-policy": policy}
+    for i in range(4):
+        names = rng.sample(nodes, rng.randint(0, len(nodes))) + ["ghost"] * rng.randint(0, 1)
+        names += rng.sample(names, min(len(names), rng.randint(0, 2)))  # repeats
+        rng.shuffle(names)
+        pod = make_pod(f"p{i}", acme(1, rng.choice([100, 900, 3000])), annotations=annos)
+        reference = engine.schedule(pod, sorted(set(names)))
+        for _ in range(2):  # the second call is answered from the candidate cache
+            fast = engine.schedule(pod, names, limit=1)
+            full = engine.schedule(pod, list(names))
+            assert (full.node, full.nodes, full.failed) == (reference.node, reference.nodes, reference.failed)
+            assert fast.node == reference.node
+            if reference.node is None:
+                assert fast.failed == reference.failed
+        if "ghost" in names:
+            assert reference.failed["ghost"] == NODE_UNREGISTERED
+        if reference.node is not None:
+            engine.reserve(pod, reference)  # the next pod sees a changed cluster
