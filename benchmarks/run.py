@@ -6,12 +6,17 @@ Sections (``--sections 1,2,...``):
    levels, p50/p99 with ``limit=1`` (best-first, as the extender calls it) plus the full evaluation of the
    1-GPU pod;
 2. the same 1-GPU pod through the HTTP extender (``/filter`` + ``/bind`` over 127.0.0.1 against the
-   in-memory cluster), next to the JSON floor (decode the ExtenderArgs body, encode the reply);
-3. sustained throughput: pods filtered and bound through HTTP on 1,000 nodes, 1 and 4 client threads;
+   in-memory cluster), next to the JSON floor (decode the ExtenderArgs body, encode the reply) and the
+   transport floor (a ``GET /healthz`` round trip on the same connection);
+3. sustained throughput: pods filtered and bound through HTTP on 1,000 nodes, 1 and 4 client threads; the client
+   runs in a separate process (as kube-scheduler does), the device plugin's lock release in the scheduler's;
 4. memory: RSS of an engine holding N nodes x 8 GPUs and M booked pods (in a clean subprocess);
 5. ``hami simulate`` on the openb default trace, one seed, binpack (wall time of a subprocess).
 
-No figure here is asserted anywhere; ``docs/performance.md`` records a run against the targets of issue 11.
+Section 1 reports wall time and the thread's CPU time (``time.thread_time``): on a shared machine the wall
+p99 includes time the OS gave to other processes, the CPU p99 does not. ``meta`` records the load average
+before and after every section. No figure here is asserted anywhere; ``docs/performance.md`` records a run
+against the targets of issue 11.
 """
 
 from __future__ import annotations
@@ -45,9 +50,9 @@ from hami_core.engine.facade import Engine  # noqa: E402
 console = Console(stderr=True)
 
 FULL = {"nodes": [1000, 5000, 10000], "usage": [0.0, 0.5, 0.9], "pods": 1000, "full_eval": 50, "http_pods": 300,
-        "http_shipped_pods": 30, "tp_nodes": 1000, "tp_pods": 10000, "mem_nodes": 10000, "mem_pods": 50000}
+        "tp_nodes": 1000, "tp_pods": 10000, "mem_nodes": 10000, "mem_pods": 50000}
 QUICK = {"nodes": [200, 1000], "usage": [0.0, 0.5], "pods": 100, "full_eval": 10, "http_pods": 50,
-         "http_shipped_pods": 10, "tp_nodes": 1000, "tp_pods": 1000, "mem_nodes": 1000, "mem_pods": 5000}
+         "tp_nodes": 1000, "tp_pods": 1000, "mem_nodes": 1000, "mem_pods": 5000}
 
 
 # --------------------------------------------------------------------------------------------- builders
@@ -105,20 +110,30 @@ def request_pod(kind: str, name: str = "bench-pod") -> dict[str, Any]:
             "spec": {"schedulerName": "hami-scheduler", "containers": containers}, "status": {"phase": "Pending"}}
 
 
-def pct(samples: list[float]) -> dict[str, float]:
+def pct(samples: list[float], prefix: str = "") -> dict[str, float]:
     s = sorted(samples)
-    return {"p50_ms": statistics.median(s), "p99_ms": s[min(len(s) - 1, int(len(s) * 0.99))],
-            "mean_ms": statistics.fmean(s)}
+    return {f"{prefix}p50_ms": statistics.median(s), f"{prefix}p99_ms": s[min(len(s) - 1, int(len(s) * 0.99))],
+            f"{prefix}mean_ms": statistics.fmean(s)}
 
 
 def timed(fn: Any, iterations: int) -> dict[str, float]:
+    """Wall-clock percentiles and (``cpu_`` keys) the calling thread's CPU time percentiles."""
     fn()  # warm
-    samples = []
+    samples, cpu = [], []
     for _ in range(iterations):
-        t0 = time.perf_counter()
+        c0, t0 = time.thread_time(), time.perf_counter()
         fn()
-        samples.append((time.perf_counter() - t0) * 1000)
-    return pct(samples)
+        t1, c1 = time.perf_counter(), time.thread_time()
+        samples.append((t1 - t0) * 1000)
+        cpu.append((c1 - c0) * 1000)
+    return {**pct(samples), **pct(cpu, "cpu_")}
+
+
+def loadavg() -> list[float]:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return []
 
 
 # --------------------------------------------------------------------------------------------- section 1
@@ -156,12 +171,13 @@ def section_schedule(cfg: dict[str, Any]) -> list[dict[str, Any]]:
 
 def table_schedule(rows: list[dict[str, Any]], cfg: dict[str, Any]) -> Table:
     t = Table(title=f"1. Engine.schedule(limit=1), {cfg['pods']} pods per cell; full evaluation over "
-                    f"{cfg['full_eval']} (ms, p50 / p99)")
+                    f"{cfg['full_eval']} (ms, p50 / p99 wall; CPU p99)")
     for col in ("nodes", "usage", "1 GPU", "2 GPUs", "2 containers", "1 GPU full eval", "build s"):
         t.add_column(col, justify="right")
     for r in rows:
         t.add_row(str(r["nodes"]), f"{r['usage']:.0%}",
-                  *(f"{r[k]['p50_ms']:.2f} / {r[k]['p99_ms']:.2f}" for k in ("1gpu", "2gpu", "2ctr", "1gpu_full")),
+                  *(f"{r[k]['p50_ms']:.2f} / {r[k]['p99_ms']:.2f}; {r[k]['cpu_p99_ms']:.2f}"
+                    for k in ("1gpu", "2gpu", "2ctr", "1gpu_full")),
                   f"{r['build_s']:.1f}")
     return t
 
@@ -171,7 +187,7 @@ def table_schedule(rows: list[dict[str, Any]], cfg: dict[str, Any]) -> Table:
 class Service:
     """The real scheduler service on 127.0.0.1 over a MemoryCluster of ``nodes`` at ``usage``."""
 
-    def __init__(self, nodes: int, usage: float, nodelay: bool = False) -> None:
+    def __init__(self, nodes: int, usage: float) -> None:
         from hami_core.cluster.memory import MemoryCluster
         from hami_core.scheduler.app import Options, Scheduler
 
@@ -180,10 +196,6 @@ class Service:
         self.svc = Scheduler(Engine({"nvidia": {}}), self.cluster,
                              Options(host="127.0.0.1", port=0, metrics_host=None, resync_s=3600.0))
         logging_quiet()
-        if nodelay:
-            # Not shipped: what the one-line fix gives. As shipped, the handler writes the headers and the body
-            # in two send()s, so Nagle waits for the client's delayed ACK (~40 ms) on every response.
-            self.svc.server.httpd.RequestHandlerClass.disable_nagle_algorithm = True  # type: ignore[attr-defined]
         self.svc.start()
         self.host, self.port = self.svc.server.address[:2]
 
@@ -192,6 +204,18 @@ class Service:
 
     def stop(self) -> None:
         self.svc.stop()
+
+    def release_locks_when_bound(self) -> None:
+        """Play the device plugin: once a pod is bound (``spec.nodeName`` set), drop its node's lock."""
+        from hami_core.wire import keys
+
+        def on_pod(event: str, pod: dict[str, Any]) -> None:
+            node = (pod.get("spec") or {}).get("nodeName")
+            annos = (pod.get("metadata") or {}).get("annotations") or {}
+            if event == "MODIFIED" and node and annos.get(keys.BIND_PHASE) == keys.BIND_PHASE_ALLOCATING:
+                self.release_lock(node)
+
+        self.cluster.watch(lambda event, node: None, on_pod)
 
     def release_lock(self, node: str) -> None:
         """What the device plugin does after Allocate: drop the node lock (not scheduler cost)."""
@@ -226,10 +250,7 @@ def section_http(cfg: dict[str, Any]) -> list[dict[str, Any]]:
             gc.freeze()
             try:
                 with console.status(f"[2] /filter + /bind on {n} nodes at {usage:.0%}"):
-                    shipped = http_cell(svc, cfg["http_shipped_pods"])
-                    svc.svc.server.httpd.RequestHandlerClass.disable_nagle_algorithm = True  # type: ignore[attr-defined]
-                    rows.append({"nodes": n, "usage": usage, **http_cell(svc, cfg["http_pods"]),
-                                 "shipped": shipped})
+                    rows.append({"nodes": n, "usage": usage, **http_cell(svc, cfg["http_pods"])})
             finally:
                 gc.unfreeze()
                 svc.stop()
@@ -240,7 +261,7 @@ def section_http(cfg: dict[str, Any]) -> list[dict[str, Any]]:
 
 def http_cell(svc: Service, iterations: int) -> dict[str, Any]:
     conn = svc.conn()
-    filt, bind, floor, body_bytes = [], [], [], 0
+    filt, bind, floor, trip, body_bytes = [], [], [], [], 0
     for i in range(iterations + 1):  # the first round warms up
         pod = request_pod("1gpu", f"bench-{i}")
         svc.cluster.add_pod(pod)
@@ -259,29 +280,32 @@ def http_cell(svc: Service, iterations: int) -> dict[str, Any]:
         json.loads(body)
         json.dumps(result).encode()
         t4 = time.perf_counter()
+        # The transport floor: one request/response on the same keep-alive connection, no body, no work.
+        conn.request("GET", "/healthz")
+        conn.getresponse().read()
+        t5 = time.perf_counter()
         svc.release_lock(node)
         svc.cluster.delete_pod("bench", pod["metadata"]["name"])  # keep the usage level constant
         if i:
             filt.append((t1 - t0) * 1000)
             bind.append((t2 - t1) * 1000)
             floor.append((t4 - t3) * 1000)
+            trip.append((t5 - t4) * 1000)
             body_bytes = len(body)
     conn.close()
     f, fl = pct(filt), pct(floor)
-    return {"filter": f, "bind": pct(bind), "floor": fl, "body_bytes": body_bytes,
+    return {"filter": f, "bind": pct(bind), "floor": fl, "roundtrip": pct(trip), "body_bytes": body_bytes,
             "filter_p99_over_floor_p99": f["p99_ms"] / fl["p99_ms"] if fl["p99_ms"] else None}
 
 
 def table_http(rows: list[dict[str, Any]], cfg: dict[str, Any]) -> Table:
-    t = Table(title=f"2. HTTP extender, 1-GPU pod (ms, p50 / p99): as shipped over {cfg['http_shipped_pods']} pods, "
-                    f"server with TCP_NODELAY over {cfg['http_pods']} pods")
-    for col in ("nodes", "usage", "/filter shipped", "/bind shipped", "/filter nodelay", "/bind nodelay",
-                "JSON floor", "body KiB", "filter p99 / floor p99 (nodelay)"):
+    t = Table(title=f"2. HTTP extender, 1-GPU pod, {cfg['http_pods']} pods per cell (ms, p50 / p99)")
+    for col in ("nodes", "usage", "/filter", "/bind", "JSON floor", "GET /healthz", "body KiB",
+                "filter p99 / floor p99"):
         t.add_column(col, justify="right")
     for r in rows:
         t.add_row(str(r["nodes"]), f"{r['usage']:.0%}",
-                  *(f"{r['shipped'][k]['p50_ms']:.2f} / {r['shipped'][k]['p99_ms']:.2f}" for k in ("filter", "bind")),
-                  *(f"{r[k]['p50_ms']:.2f} / {r[k]['p99_ms']:.2f}" for k in ("filter", "bind", "floor")),
+                  *(f"{r[k]['p50_ms']:.2f} / {r[k]['p99_ms']:.2f}" for k in ("filter", "bind", "floor", "roundtrip")),
                   f"{r['body_bytes'] / 1024:.0f}", f"{r['filter_p99_over_floor_p99']:.1f}x")
     return t
 
@@ -289,19 +313,25 @@ def table_http(rows: list[dict[str, Any]], cfg: dict[str, Any]) -> Table:
 # --------------------------------------------------------------------------------------------- section 3
 
 def section_throughput(cfg: dict[str, Any]) -> list[dict[str, Any]]:
+    """Filter+bind N pods; the client (kube-scheduler's part) runs in its own process, as in a cluster."""
     rows = []
-    for threads, nodelay, count in ((1, False, max(1, cfg["tp_pods"] // 10)), (1, True, cfg["tp_pods"]),
-                                    (4, True, cfg["tp_pods"])):
-        mode = "TCP_NODELAY" if nodelay else "as shipped"
-        with console.status(f"[3] {count} pods through HTTP on {cfg['tp_nodes']} nodes, {threads} thread(s), {mode}"):
-            svc = Service(cfg["tp_nodes"], 0.0, nodelay=nodelay)
-            pods = [request_pod("1gpu", f"tp-{i}") for i in range(count)]
-            for p in pods:
-                svc.cluster.add_pod(p)
+    for threads in (1, 4):
+        count = cfg["tp_pods"]
+        with console.status(f"[3] {count} pods through HTTP on {cfg['tp_nodes']} nodes, {threads} thread(s)"):
+            svc = Service(cfg["tp_nodes"], 0.0)
+            for i in range(count):
+                svc.cluster.add_pod(request_pod("1gpu", f"tp-{i}"))
+            svc.release_locks_when_bound()
             gc.freeze()
             try:
-                rows.append({"threads": threads, "server": mode, "nodes": cfg["tp_nodes"],
-                             **throughput(svc, pods, threads)})
+                cpu0 = time.process_time()
+                out = subprocess.run([sys.executable, __file__, "--tp-client",
+                                      f"{svc.host},{svc.port},{cfg['tp_nodes']},{count},{threads}"],
+                                     check=True, capture_output=True, text=True)
+                server_cpu = time.process_time() - cpu0
+                stats = json.loads(out.stdout)
+                rows.append({"threads": threads, "nodes": cfg["tp_nodes"], **stats,
+                             "server_cpu_s": server_cpu, "server_cpu_ms_per_pod": 1000 * server_cpu / max(1, count)})
             finally:
                 gc.unfreeze()
                 svc.stop()
@@ -310,13 +340,16 @@ def section_throughput(cfg: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def throughput(svc: Service, pods: list[dict[str, Any]], threads: int) -> dict[str, Any]:
+def tp_client(host: str, port: int, nodes: int, count: int, threads: int) -> dict[str, Any]:
+    """The client side of section 3 (run in a subprocess): ``threads`` keep-alive connections."""
+    names = [f"node-{n:05d}" for n in range(nodes)]
+    pods = [request_pod("1gpu", f"tp-{i}") for i in range(count)]
     queue = iter(pods)
     qlock = threading.Lock()
     stats = {"bound": 0, "retries": 0, "failed": 0}
 
     def worker() -> None:
-        conn = svc.conn()
+        conn = http.client.HTTPConnection(host, port, timeout=60)
         while True:
             with qlock:
                 pod = next(queue, None)
@@ -324,7 +357,7 @@ def throughput(svc: Service, pods: list[dict[str, Any]], threads: int) -> dict[s
                 break
             name = pod["metadata"]["name"]
             for _ in range(50):  # a lost node-lock race is retried like kube-scheduler's requeue
-                body = json.dumps({"Pod": pod, "Nodes": None, "NodeNames": svc.names}).encode()
+                body = json.dumps({"Pod": pod, "Nodes": None, "NodeNames": names}).encode()
                 result = post(conn, "/filter", body)
                 if not result.get("NodeNames"):
                     with qlock:
@@ -334,7 +367,6 @@ def throughput(svc: Service, pods: list[dict[str, Any]], threads: int) -> dict[s
                 res = post(conn, "/bind", json.dumps({"PodName": name, "PodNamespace": "bench",
                                                       "PodUID": pod["metadata"]["uid"], "Node": node}).encode())
                 if not res.get("Error"):
-                    svc.release_lock(node)
                     with qlock:
                         stats["bound"] += 1
                     break
@@ -352,16 +384,17 @@ def throughput(svc: Service, pods: list[dict[str, Any]], threads: int) -> dict[s
     for w in workers:
         w.join()
     wall = time.perf_counter() - t0
-    return {"pods": len(pods), **stats, "wall_s": wall, "pods_per_s": stats["bound"] / wall}
+    return {"pods": count, **stats, "wall_s": wall, "pods_per_s": stats["bound"] / wall}
 
 
 def table_throughput(rows: list[dict[str, Any]]) -> Table:
     t = Table(title="3. Sustained /filter + /bind through HTTP (1-GPU pods, empty cluster)")
-    for col in ("nodes", "server", "client threads", "pods", "bound", "lock retries", "failed", "wall s", "pods/s"):
+    for col in ("nodes", "client threads", "pods", "bound", "lock retries", "failed", "wall s", "pods/s",
+                "server CPU ms/pod"):
         t.add_column(col, justify="right")
     for r in rows:
-        t.add_row(str(r["nodes"]), r["server"], str(r["threads"]), str(r["pods"]), str(r["bound"]), str(r["retries"]),
-                  str(r["failed"]), f"{r['wall_s']:.1f}", f"{r['pods_per_s']:.0f}")
+        t.add_row(str(r["nodes"]), str(r["threads"]), str(r["pods"]), str(r["bound"]), str(r["retries"]),
+                  str(r["failed"]), f"{r['wall_s']:.1f}", f"{r['pods_per_s']:.0f}", f"{r['server_cpu_ms_per_pod']:.2f}")
     return t
 
 
@@ -462,9 +495,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pods", type=int, help="override the pods per cell of sections 1-2 and the full-evaluation "
                                                  "count, and (x10) the throughput pods")
     parser.add_argument("--tp-nodes", type=int, help="override the nodes of section 3")
+    parser.add_argument("--tp-pods", type=int, help="override the pods of section 3")
     parser.add_argument("--mem", help="override section 4 as NODES,PODS")
     parser.add_argument("--memory-child", help=argparse.SUPPRESS)
+    parser.add_argument("--tp-client", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.tp_client:
+        host, port, nodes, count, threads = args.tp_client.split(",")
+        json.dump(tp_client(host, int(port), int(nodes), int(count), int(threads)), sys.stdout)
+        return 0
     if args.memory_child:
         nodes, pods = (int(x) for x in args.memory_child.split(","))
         json.dump(memory_child(nodes, pods), sys.stdout)
@@ -477,10 +516,11 @@ def main(argv: list[str] | None = None) -> int:
         cfg["usage"] = [float(x) for x in args.usage.split(",")]
     if args.pods:
         cfg.update(pods=args.pods, full_eval=min(args.pods, cfg["full_eval"]), http_pods=args.pods,
-                   http_shipped_pods=min(args.pods, cfg["http_shipped_pods"]),
                    tp_pods=10 * args.pods)
     if args.tp_nodes:
         cfg["tp_nodes"] = args.tp_nodes
+    if args.tp_pods:
+        cfg["tp_pods"] = args.tp_pods
     if args.mem:
         cfg["mem_nodes"], cfg["mem_pods"] = (int(x) for x in args.mem.split(","))
     wanted = {int(s) for s in args.sections.split(",") if s.strip()}
@@ -497,10 +537,11 @@ def main(argv: list[str] | None = None) -> int:
     for number, key, run, render in runs:
         if number not in wanted:
             continue
-        t0 = time.perf_counter()
+        t0, load0 = time.perf_counter(), loadavg()
         result = run(cfg)
         doc["sections"][key] = result
         doc["meta"][f"{key}_s"] = time.perf_counter() - t0
+        doc["meta"][f"{key}_loadavg"] = {"before": load0, "after": loadavg()}
         if not args.json:
             out.print(render(result))
     doc["meta"]["total_s"] = time.perf_counter() - started

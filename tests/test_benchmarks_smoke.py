@@ -21,8 +21,8 @@ def test_run_quick_json_shape() -> None:
     assert [(r["nodes"], r["usage"]) for r in rows] == [(5, 0.0), (5, 0.5)]
     for r in rows:
         for kind in ("1gpu", "2gpu", "2ctr", "1gpu_full"):
-            assert set(r[kind]) == {"p50_ms", "p99_ms", "mean_ms"}
+            assert set(r[kind]) == {"p50_ms", "p99_ms", "mean_ms", "cpu_p50_ms", "cpu_p99_ms", "cpu_mean_ms"}
     for r in doc["sections"]["http"]:
-        assert {"filter", "bind", "floor", "shipped", "body_bytes"} <= set(r)
+        assert {"filter", "bind", "floor", "roundtrip", "body_bytes"} <= set(r)
     mem = doc["sections"]["memory"]
     assert mem["nodes"] == 5 and mem["pods"] == 20 and mem["rss_mb"] > 0

@@ -232,18 +232,22 @@ class Cycle:
     def assignment(self, state: NodeState) -> dict[str, tuple[tuple[ContainerDevice, ...], ...]]:
         return {b: tuple(slots) for b, slots in self.alloc.get(state.name, {}).items()}
 
-    def prescore(self, nodes: Sequence[NodeState], totals: np.ndarray, **context: Any) -> np.ndarray:
+    def prescore(self, nodes: Sequence[NodeState], totals: np.ndarray, *, own_at: int | None = None,
+                 **context: Any) -> np.ndarray:
         """Every plugin's state-only score per node (``hami_prescore_nodes``), summed.
 
-        ``context``: the optional :class:`NodeBatch` fields (rows, generations, shapes, workload, cache).
+        ``own_at``: the position in ``nodes`` of the node holding the pod's own reservation (-1: none there),
+        when the caller knows it; otherwise it is searched for. ``context``: the optional :class:`NodeBatch`
+        fields (rows, generations, shapes, workload, cache).
         """
         total = np.zeros(len(nodes))
         if self.own is not None:
-            for i, state in enumerate(nodes):
-                if state.name == self.own.node:  # score the node as if the pod's reservation were gone
-                    t = self.totals(state)
-                    totals = totals.copy()
-                    totals[i] = (t.used, t.count, t.usedcores, t.totalcore, t.usedmem, t.totalmem)
+            if own_at is None:
+                own_at = next((i for i, state in enumerate(nodes) if state.name == self.own.node), -1)
+            if own_at >= 0:  # score the node as if the pod's reservation were gone
+                t = self.totals(nodes[own_at])
+                totals = totals.copy()
+                totals[own_at] = (t.used, t.count, t.usedcores, t.totalcore, t.usedmem, t.totalmem)
         batch = NodeBatch(nodes, totals, **context)
         for answer in self.hook.hami_prescore_nodes(pod=self.pod, batch=batch, policy=self.policy):
             if answer is None:

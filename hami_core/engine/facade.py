@@ -95,6 +95,8 @@ class Engine:
         self.clock = clock
         self.backends: dict[str, DeviceBackend] = {b.name: b for b in plugins.backends(self.config.devices)}
         self._backend_list = tuple(self.backends[n] for n in sorted(self.backends))
+        self._lock_annotations = frozenset({keys.NODE_LOCK} | {b.lock_annotation for b in self._backend_list
+                                                                if b.lock_annotation})
         vendors = {b.vendor for b in self._backend_list}
         for section in self.config.devices:
             if section not in HAMI_SECTIONS and section not in vendors:
@@ -117,6 +119,8 @@ class Engine:
         self._all_pod_policies: frozenset[str] | None = None
         #: Plugins' caches that live as long as this engine (``NodeBatch.cache``).
         self.plugin_cache: dict[str, Any] = {}
+        # (table version, node names, rows, states, unusable names) of the last named candidate set
+        self._last_candidates: tuple[int, list[str], np.ndarray, list[NodeState], list[str]] | None = None
 
     def policies(self) -> list[PolicyInfo]:
         """Every scheduling policy the loaded plugins offer (``hami_scheduling_policies``), sorted."""
@@ -133,7 +137,9 @@ class Engine:
         """Add or refresh a node from its Kubernetes JSON: parse every backend's registration, check health.
 
         A backend whose registration is malformed keeps its previous devices (the error is reported);
-        a backend whose handshake is stale (spec §9.2) loses its devices on this node.
+        a backend whose handshake is stale (spec §9.2) loses its devices on this node. Registrations are read
+        again only when the node's annotations (other than node-lock ones), labels, allocatable or capacity
+        changed; health is checked on every call.
         """
         name = metadata(node).get("name")
         if not name or not isinstance(name, str):
@@ -145,25 +151,28 @@ class Engine:
         unhealthy: dict[str, str] = {}
         errors: dict[str, str] = {}
         patch: dict[str, str | None] = {}
+        # A node update that changes only a node-lock annotation (two per bind) reads the same registrations:
+        # reuse what was read from the same content instead of decoding every backend's devices again.
+        content = self._registration_content(state)
+        memo = state.registration[1] if state.registration is not None and state.registration[0] == content else {}
+        read: dict[str, Any] = {}
         for backend in self._backend_list:
-            try:
-                devices = self.hook.hami_node_devices(backend=backend, node=node)
-            except WireFormatError as exc:
-                errors[backend.name] = str(exc)
+            got = memo.get(backend.name)
+            if got is None:
+                got = read[backend.name] = self._read_devices(backend, node)
+            else:
+                read[backend.name] = got
+            devices, error = got
+            if devices is None:  # unreadable: keep the previous devices
+                errors[backend.name] = error
                 previous = state.devices.get(backend.name)
                 if previous:
                     new[backend.name] = [d.info for d in previous]
                 log.warning("node %s: cannot read %s registration, keeping previous devices: %s",
-                            name, backend.name, exc)
+                            name, backend.name, error)
                 continue
-            devices = [self._stamp(backend, d) for d in (devices or ())]
-            word = backend.name.lower()
-            foreign = [d for d in devices if word not in d.type.lower()]
-            if foreign:
-                # HAMi hands a backend only devices whose type contains its common word (spec A.3).
-                errors[backend.name] = (f"{len(foreign)} device(s) ignored: type {foreign[0].type!r} does not "
-                                        f"contain {backend.name!r}")
-                devices = [d for d in devices if d not in foreign]
+            if error:
+                errors[backend.name] = error
             report = self.hook.hami_node_health(backend=backend, node=node, devices=devices, now=now,
                                                 state=self._health_state[backend.name])
             if report is not None and not isinstance(report, HealthReport):
@@ -180,10 +189,39 @@ class Engine:
                     continue
             if devices:
                 new[backend.name] = devices
+        state.registration = (content, read)
         state.errors = errors
-        state.set_devices(new)
-        self.ledger.reapply(state)
+        if new != state.infos:
+            # Devices changed: rebuild them and re-book the node's pods (unchanged devices keep their usage).
+            state.set_devices(new)
+            self.ledger.reapply(state)
         return NodeStatus(name, {b: len(d) for b, d in new.items()}, unhealthy, errors, patch)
+
+    def _read_devices(self, backend: DeviceBackend, node: Mapping[str, Any]) -> tuple[list[DeviceInfo] | None, str]:
+        """One backend's registered devices on ``node`` and an error text (devices ``None``: unreadable)."""
+        try:
+            devices = self.hook.hami_node_devices(backend=backend, node=node)
+        except WireFormatError as exc:
+            return None, str(exc)
+        devices = [self._stamp(backend, d) for d in (devices or ())]
+        word = backend.name.lower()
+        foreign = [d for d in devices if word not in d.type.lower()]
+        if foreign:
+            # HAMi hands a backend only devices whose type contains its common word (spec A.3).
+            return [d for d in devices if d not in foreign], (
+                f"{len(foreign)} device(s) ignored: type {foreign[0].type!r} does not contain {backend.name!r}")
+        return devices, ""
+
+    def _registration_content(self, state: NodeState) -> tuple[Any, ...]:
+        """What device registrations are read from (HAMi's ``GetNodeDevices`` reads annotations): the node's
+        annotations without its lock annotations, its labels, allocatable and capacity. ``state`` holds fresh
+        copies of these from :meth:`NodeState.update_object`, so a caller changing its node object in place
+        cannot change them behind the engine's back."""
+        annos = state.annotations
+        locks = self._lock_annotations
+        if any(k in annos for k in locks):
+            annos = {k: v for k, v in annos.items() if k not in locks}
+        return annos, state.labels, state.allocatable, state.capacity
 
     @staticmethod
     def _stamp(backend: DeviceBackend, device: DeviceInfo) -> DeviceInfo:
@@ -243,9 +281,11 @@ class Engine:
     def upsert_pod(self, pod: Mapping[str, Any]) -> None:
         """Book a scheduled pod's devices (from its allocated annotations), or release a finished one.
 
-        Pods without ``hami.io/vgpu-node`` are ignored (as in HAMi). Succeeded/Failed pods release
-        their devices; terminating pods keep them until :meth:`remove_pod`. An allocation annotation
-        that cannot be decoded quarantines the node (no new pods) instead of being ignored.
+        Pods without ``hami.io/vgpu-node`` book no device (as in HAMi); every placed pod (``spec.nodeName`` or
+        ``hami.io/vgpu-node``) has its CPU and memory requests counted on its node, for fragmentation-aware
+        policies. Succeeded/Failed pods release what they hold; terminating pods keep it until
+        :meth:`remove_pod`. An allocation annotation that cannot be decoded quarantines the node (no new pods)
+        instead of being ignored.
         """
         key = pod_key(pod)
         if is_terminal(pod):
@@ -268,7 +308,12 @@ class Engine:
         self._release_quarantine(key)
         init_count = len(((pod.get("spec") or {}).get("initContainers")) or [])
         booked = collapse(devices, init_count, app_only=init_count > 0 and init_containers_done(pod))
-        self.ledger.book(Booking(key, pod_ref(pod), node, booked), self.nodes)
+        booking = Booking(key, pod_ref(pod), node, booked)
+        if self.ledger.get(key) == booking:
+            # Every update of a scheduled pod (bind-phase patch, binding, status) repeats its allocation:
+            # re-booking it would only churn the node's usage and invalidate its per-node caches.
+            return
+        self.ledger.book(booking, self.nodes)
 
     def remove_pod(self, pod: Mapping[str, Any]) -> None:
         """Release everything the pod holds (deleted or finished)."""
@@ -288,13 +333,17 @@ class Engine:
     def _quarantine(self, key: str, node: str, reason: str) -> None:
         self._quarantined_by[key] = node
         self._quarantine_reason[key] = reason
-        self._state(node).quarantine[key] = reason
+        state = self._state(node)
+        state.quarantine[key] = reason
+        self.table.dirty.add(state.row)  # its ``ok`` flag may change
 
     def _release_quarantine(self, key: str) -> None:
         node = self._quarantined_by.pop(key, None)
         self._quarantine_reason.pop(key, None)
         if node is not None and node in self.nodes:
-            self.nodes[node].quarantine.pop(key, None)
+            state = self.nodes[node]
+            state.quarantine.pop(key, None)
+            self.table.dirty.add(state.row)
 
     # ------------------------------------------------------------------------------- decisions
     def requests(self, pod: Mapping[str, Any]) -> ContainerRequests:
@@ -310,7 +359,7 @@ class Engine:
         return admission.admit(self.hook, self._backend_list, pod, self.config.scheduler)
 
     def schedule(self, pod: Mapping[str, Any], node_names: Iterable[str] | None = None, *,
-                 limit: int | None = None) -> Decision:
+                 limit: int | None = None, requests: ContainerRequests | None = None) -> Decision:
         """Choose a node and devices for ``pod`` among ``node_names`` (default: every known node).
 
         Changes no state. A pod that holds a reservation is evaluated as if it did not (HAMi drops a
@@ -323,11 +372,14 @@ class Engine:
         chosen node is the same; ``nodes`` and ``failed`` then cover only what was examined, except that
         when nothing fits every candidate is examined so each gets its reason. (When a plugin scores
         by the placement itself, ``hami_score_nodes``, every node is fitted anyway.)
+
+        ``requests``: ``self.requests(pod)`` when the caller has just computed it (saves parsing it twice).
         """
         ref = pod_ref(pod)
-        names = sorted(self.nodes) if node_names is None else sorted(node_names)
-        requests = self.requests(pod)
+        if requests is None:
+            requests = self.requests(pod)
         if requests.empty:
+            names = sorted(self.nodes) if node_names is None else sorted(node_names)
             return self._rank_deviceless(pod, ref, names, requests)
         annos = annotations(pod)
         sched = self.config.scheduler
@@ -347,32 +399,27 @@ class Engine:
         workload = self.workload.snapshot()
         cycle = Cycle(hook=self.hook, backends=self.backends, pod=pod, key=key, requests=requests, policy=policy,
                       own=self.ledger.get(key), shapes=shapes, workload=workload, host_need=host_need)
-        alive: list[NodeState] = []
-        nodes = self.nodes
-        for name in names:  # hot: runs for every candidate node, so attribute reads are kept to a minimum
-            state = nodes.get(name)
-            if state is None or not state.by_uuid:
-                cycle.failed[name] = NODE_UNREGISTERED
-            elif state.quarantine:
-                cycle.failed[name] = "node quarantined: " + "; ".join(sorted(state.quarantine.values()))
-            else:
-                alive.append(state)
-        if cycle.own is not None and cycle.own.node in nodes:
-            cycle.exclude_own(nodes[cycle.own.node])
+        self.table.refresh()
+        rows, alive = self._candidates(cycle, node_names)
+        if cycle.own is not None and cycle.own.node in self.nodes:
+            cycle.exclude_own(self.nodes[cycle.own.node])
         if not alive:
             return cycle.decision(None, (), {}, self.clock(), ref)
-        self.table.refresh()
-        rows = self.table.rows(alive)
-        pre = cycle.prescore(alive, self.table.totals[rows], rows=rows, generations=self.table.generation[rows],
-                             shapes=shapes, workload=workload, cache=self.plugin_cache)
-        # Best first; ties keep name order (alive is sorted by name and the sort is stable).
-        order = np.argsort(pre if policy.node == "spread" else -pre, kind="stable")
+        own_at = -1
+        if cycle.own is not None:
+            own_state = self.nodes.get(cycle.own.node)
+            if own_state is not None:
+                hit = np.flatnonzero(rows == own_state.row)
+                own_at = int(hit[0]) if len(hit) else -1
+        pre = cycle.prescore(alive, self.table.totals[rows], own_at=own_at, rows=rows,
+                             generations=self.table.generation[rows], shapes=shapes, workload=workload,
+                             cache=self.plugin_cache)
         placement_scored = self._scores_placement(requests)
         if limit is None or placement_scored:
             fit = {id(s) for s in cycle.fit(alive)}
             picked = [i for i, s in enumerate(alive) if id(s) in fit]
         else:
-            picked = self._fit_best_first(cycle, alive, rows, order, limit)
+            picked = self._fit_best_first(cycle, alive, rows, pre, limit, own_at)
         if not picked:
             return cycle.decision(None, (), {}, self.clock(), ref)
         scores = cycle.score([alive[i] for i in picked], {alive[i].name: float(pre[i]) for i in picked},
@@ -414,6 +461,56 @@ class Engine:
         return Decision(pod=ref, nodes=(*ranked, *(n for n in names if n not in seen)), scores=scores,
                         requests=requests, policy=policy, skipped=True)
 
+    def _candidates(self, cycle: Cycle, node_names: Iterable[str] | None) -> tuple[np.ndarray, list[NodeState]]:
+        """The nodes that can take pods among ``node_names``, in name order: their table rows and states.
+
+        Every other named node gets its reason in ``cycle.failed`` (in name order). No Python work is done per
+        candidate: names map to rows in one pass, and the registered/quarantine test and the name order are
+        array operations on the table (``ok``, ``rank``); naming every node reuses a cached candidate list.
+        """
+        table = self.table
+        if node_names is None:
+            rows, alive = table.every_ok()
+            bad = sorted(s.name for s in self.nodes.values() if not table.ok[s.row]) if len(rows) < len(
+                self.nodes) else []
+        else:
+            names = node_names if isinstance(node_names, list) else list(node_names)
+            last = self._last_candidates
+            if last is not None and last[0] == table.version and last[1] == names:
+                # kube-scheduler names the same nodes in every request: comparing the list is a fraction of
+                # looking every name up again
+                rows, alive, bad = last[2], last[3], last[4]
+            else:
+                rows, alive, bad = self._lookup(names)
+                self._last_candidates = (table.version, list(names), rows, alive, bad)
+        for name in bad:
+            state = self.nodes.get(name)
+            if state is None or not state.by_uuid:
+                cycle.failed[name] = NODE_UNREGISTERED
+            else:
+                cycle.failed[name] = "node quarantined: " + "; ".join(sorted(state.quarantine.values()))
+        return rows, alive  # type: ignore[return-value]
+
+    def _lookup(self, names: list[str]) -> tuple[np.ndarray, list[NodeState], list[str]]:
+        """Rows and states of the usable ``names`` in name order, and the other names (sorted, once each)."""
+        table = self.table
+        found = table.lookup(names)
+        usable = found >= 0
+        usable[usable] = table.ok[found[usable]]
+        good = found[usable]
+        bad: list[str] = []
+        if len(good) < len(names):  # unknown, unregistered or quarantined names: each gets its reason
+            bad = sorted({names[i] for i in np.flatnonzero(~usable).tolist()})
+        ranks = np.sort(table.rank[good])
+        if len(ranks) > 1:
+            ranks = ranks[np.concatenate(([True], ranks[1:] != ranks[:-1]))]  # a name given twice counts once
+        rows = table.by_rank[ranks]
+        every, every_states = table.every_ok()
+        if len(rows) == len(every):
+            return every, every_states, bad  # the common case: every node is named
+        states = table.states
+        return rows, [states[r] for r in rows.tolist()], bad  # type: ignore[misc]
+
     def _scores_placement(self, requests: ContainerRequests) -> bool:
         """Whether some ``hami_score_nodes`` implementation may score this pod's placement.
 
@@ -428,22 +525,35 @@ class Engine:
             return True
         return any(self.backends[name].plugin in scorers for name in requests.backends())
 
-    def _fit_best_first(self, cycle: Cycle, alive: list[NodeState], rows: np.ndarray, order: np.ndarray,
-                        limit: int) -> list[int]:
-        """Fit candidates in ``order`` in growing batches until ``limit`` fit; prefilter by capacity.
+    def _fit_best_first(self, cycle: Cycle, alive: list[NodeState], rows: np.ndarray, pre: np.ndarray,
+                        limit: int, own_at: int) -> list[int]:
+        """Fit candidates best-first until ``limit`` fit; prefilter by capacity.
 
-        Returns the positions in ``alive`` of the nodes that fit.
+        Best first is by prescore (descending, ascending for spread), ties in name order (``alive`` is in name
+        order and the sort is stable). Returns the positions in ``alive`` of the nodes that fit.
         """
         possible = np.ones(len(alive), dtype=bool)
         for container in cycle.requests.containers:
             for name, request in container.items():
                 if self.backends[name].standard_capacity:
                     possible &= self.table.feasible(rows, name, request)
-        if cycle.own is not None:  # its own reservation is in the summaries; never prune that node
-            possible |= np.fromiter((s.name == cycle.own.node for s in alive), dtype=bool, count=len(alive))
-        ordered = order[possible[order]]
+        if own_at >= 0:  # its own reservation is in the summaries; never prune that node
+            possible[own_at] = True
+        key = pre if cycle.policy.node == "spread" else -pre
         feasible: list[int] = []
         start, size = 0, 1
+        candidates = np.flatnonzero(possible)
+        if len(candidates) and not np.isnan(key[candidates]).any():
+            # The first batch is one node: the best candidate is an argmin (first minimum = lowest name on a tie),
+            # so the common case (it fits) needs no sort of every candidate.
+            best = int(candidates[int(np.argmin(key[candidates]))])
+            if alive[best] in cycle.fit([alive[best]]):
+                feasible.append(best)
+            start, size = 1, 4
+            if len(feasible) >= limit:
+                return feasible
+        order = np.argsort(key, kind="stable")
+        ordered = order[possible[order]]
         while start < len(ordered) and len(feasible) < limit:
             batch = [int(i) for i in ordered[start:start + size]]
             fit = {id(s) for s in cycle.fit([alive[i] for i in batch])}
@@ -451,7 +561,7 @@ class Engine:
             start += size
             size *= 4
         if not feasible:
-            self._explain(cycle, [alive[i] for i in order if not possible[i]])
+            self._explain(cycle, [alive[i] for i in order[~possible[order]].tolist()])
         return feasible
 
     @staticmethod

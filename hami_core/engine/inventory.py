@@ -22,9 +22,9 @@ class NodeState:
     """
 
     __slots__ = ("allocatable", "annotations", "by_uuid", "capacity", "devices", "errors", "generation",
-                 "host_total", "host_used", "labels", "mig", "name", "order_cache", "quarantine", "reason_cache",
-                 "row", "sum_used", "sum_usedcores", "sum_usedmem", "table", "tot_core", "tot_count", "tot_mem",
-                 "types", "unschedulable")
+                 "host_total", "host_used", "infos", "labels", "mig", "name", "order_cache", "quarantine",
+                 "reason_cache", "registration", "row", "sum_used", "sum_usedcores", "sum_usedmem", "table",
+                 "tot_core", "tot_count", "tot_mem", "types", "unschedulable")
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -34,6 +34,10 @@ class NodeState:
         self.capacity: Mapping[str, str] = {}
         self.unschedulable = False
         self.devices: dict[str, list[DeviceUsage]] = {}
+        #: what :meth:`set_devices` was last given (backend → registered devices)
+        self.infos: Mapping[str, list[DeviceInfo]] = {}
+        #: (node content the registrations were read from, backend → what was read); see Engine.upsert_node
+        self.registration: tuple[Any, dict[str, Any]] | None = None
         self.by_uuid: dict[str, DeviceUsage] = {}
         #: pod key → why its allocation could not be read; a quarantined node takes no new pods.
         self.quarantine: dict[str, str] = {}
@@ -85,6 +89,7 @@ class NodeState:
 
     def set_devices(self, devices: Mapping[str, list[DeviceInfo]]) -> None:
         """Replace the inventory (usage is zeroed; the caller re-applies bookings)."""
+        self.infos = dict(devices)
         self.devices = {b: [DeviceUsage(d) for d in devs] for b, devs in devices.items() if devs}
         self.by_uuid = {u.id: u for devs in self.devices.values() for u in devs}
         self.types = {b: frozenset(d.type for d in devs) for b, devs in self.devices.items()}

@@ -2,11 +2,17 @@
 
 Rows are refreshed lazily: a node whose usage or devices change is marked dirty and its row is
 recomputed (from at most a handful of devices) the next time a decision reads the table.
+
+The table also indexes the candidate set a decision starts from, so that a decision costs no Python
+work per node: ``index`` maps a node name to its row, ``ok`` says whether a row can take pods
+(registered devices, not quarantined), and ``rank`` is the row's position in name order, kept for
+the name-order tie-break without sorting names per decision.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from itertools import repeat
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -36,6 +42,19 @@ class NodeTable:
         self.capacity: dict[str, np.ndarray] = {}
         self._free_rows: list[int] = list(range(capacity - 1, -1, -1))
         self.dirty: set[int] = set()
+        #: node name → row
+        self.index: dict[str, int] = {}
+        #: row → the node can take pods (registered, not quarantined); False for free rows
+        self.ok = np.zeros(capacity, dtype=bool)
+        #: row → position of the node's name among all node names (valid after :meth:`refresh`)
+        self.rank = np.zeros(capacity, dtype=np.intp)
+        #: name rank → row
+        self.by_rank = np.zeros(0, dtype=np.intp)
+        #: bumped whenever membership, name order or an ``ok`` flag changes (keys the caches below)
+        self.version = 0
+        self._ranks_stale = False
+        # Every ok row in name order, with its states (the candidate set when a decision names every node).
+        self._all: tuple[int, np.ndarray, list[NodeState]] | None = None
 
     def add(self, state: NodeState) -> None:
         if not self._free_rows:
@@ -44,13 +63,20 @@ class NodeTable:
         self.states[row] = state
         state.row = row
         state.table = self
+        self.index[state.name] = row
         self.dirty.add(row)
+        self._ranks_stale = True
+        self.version += 1
 
     def remove(self, state: NodeState) -> None:
         row = state.row
         if row < 0 or self.states[row] is not state:
             return
         self.states[row] = None
+        self.index.pop(state.name, None)
+        self.ok[row] = False
+        self._ranks_stale = True
+        self.version += 1
         self.totals[row] = 0
         self.generation[row] = -1
         for arr in self.capacity.values():
@@ -66,18 +92,27 @@ class NodeTable:
         self.states.extend([None] * (new - old))
         self.totals = np.vstack([self.totals, np.zeros((new - old, 6))])
         self.generation = np.concatenate([self.generation, np.full(new - old, -1, dtype=np.int64)])
+        self.ok = np.concatenate([self.ok, np.zeros(new - old, dtype=bool)])
+        self.rank = np.concatenate([self.rank, np.zeros(new - old, dtype=np.intp)])
         for backend, arr in self.capacity.items():
             self.capacity[backend] = np.vstack([arr, np.zeros((new - old, 4))])
         self._free_rows.extend(range(new - 1, old - 1, -1))
 
     def refresh(self) -> None:
-        """Recompute every dirty row."""
+        """Recompute every dirty row (and the name order after nodes came or went)."""
+        if self._ranks_stale:
+            self._rerank()
+        ok = self.ok
         for row in self.dirty:
             state = self.states[row]
             if state is None:
                 continue
             self._stamp += 1
             self.generation[row] = self._stamp
+            can = bool(state.by_uuid) and not state.quarantine
+            if ok[row] != can:
+                ok[row] = can
+                self.version += 1
             self.totals[row] = (state.sum_used, state.tot_count, state.sum_usedcores, state.tot_core,
                                 state.sum_usedmem, state.tot_mem)
             for backend, arr in self.capacity.items():
@@ -100,8 +135,31 @@ class NodeTable:
                 arr[row] = (nfree, maxcores, maxmem, nidle)
         self.dirty.clear()
 
+    def _rerank(self) -> None:
+        names = sorted(self.index)
+        self.by_rank = np.fromiter(map(self.index.__getitem__, names), dtype=np.intp, count=len(names))
+        self.rank[self.by_rank] = np.arange(len(names), dtype=np.intp)
+        self._ranks_stale = False
+        self.version += 1
+
     def rows(self, states: Iterable[NodeState]) -> np.ndarray:
         return np.fromiter((s.row for s in states), dtype=np.intp)
+
+    def every_ok(self) -> tuple[np.ndarray, list[NodeState]]:
+        """Rows of every node that can take pods, in name order, and their states (cached; call refresh first).
+
+        The list is shared between decisions: callers must not modify it.
+        """
+        cached = self._all
+        if cached is None or cached[0] != self.version:
+            rows = self.by_rank[self.ok[self.by_rank]]
+            states = self.states
+            cached = self._all = (self.version, rows, [states[r] for r in rows.tolist()])  # type: ignore[misc]
+        return cached[1], cached[2]
+
+    def lookup(self, names: Sequence[str]) -> np.ndarray:
+        """Row of every name (-1 for an unknown one), in the order given."""
+        return np.fromiter(map(self.index.get, names, repeat(-1)), dtype=np.intp, count=len(names))
 
     def feasible(self, rows: np.ndarray, backend: str, request: DeviceRequest) -> np.ndarray:
         """Boolean mask over ``rows``: nodes that *might* fit ``request`` (never excludes one that fits).

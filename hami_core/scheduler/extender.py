@@ -100,6 +100,7 @@ class Extender:
         self.ready = ready
         self.sync_wait_s = sync_wait_s
         self.clock = clock if clock is not None else engine.clock
+        self._names_seen: list[str] | None = None  # the last NodeNames list that passed the check
         self.locker = NodeLocker(cluster, timeout_s=lock_timeout, retry_timeout_s=lock_retry_timeout,
                                  clock=self.clock, sleep=sleep)
 
@@ -112,9 +113,7 @@ class Extender:
             return filter_result(error="extender args missing pod")
         if not isinstance(pod, Mapping):
             raise BadRequest(f"ExtenderArgs.Pod must be a Pod object, got {type(pod).__name__}")
-        names = low.get("nodenames")
-        if names is not None and (not isinstance(names, list) or not all(isinstance(n, str) for n in names)):
-            raise BadRequest("ExtenderArgs.NodeNames must be a list of node names")
+        names = self._node_names(low.get("nodenames"))
         nodes = low.get("nodes")
         if nodes is not None and not isinstance(nodes, Mapping):
             raise BadRequest("ExtenderArgs.Nodes must be a NodeList object")
@@ -127,11 +126,11 @@ class Extender:
             return filter_result(node_names=list(names) if names is not None else None)
         if nodes is not None:
             return self._simulate(pod, nodes)
-        names = list(names or [])
+        names = names if names is not None else []
 
         with self.lock:
             self.engine.unreserve(pod)  # re-filtered: its earlier reservation no longer counts (§6.1 step 4)
-            decision = self.engine.schedule(pod, names, limit=1)
+            decision = self.engine.schedule(pod, names, limit=1, requests=requests)
             if decision.ok:
                 self.engine.reserve(pod, decision)
         if decision.error:
@@ -186,6 +185,23 @@ class Extender:
             if fresh is not None and annotations(fresh).get(keys.VGPU_NODE):
                 self.engine.upsert_pod(fresh)
         return False
+
+    def _node_names(self, names: Any) -> list[str] | None:
+        """``ExtenderArgs.NodeNames`` checked to be a list of strings.
+
+        kube-scheduler names the same nodes in request after request, so the last list checked is kept: an
+        equal list is answered with that one (one C-level comparison instead of a type check per name, and
+        the engine's candidate cache then compares item by identity).
+        """
+        if names is None:
+            return None
+        seen = self._names_seen
+        if seen is not None and names == seen:
+            return seen
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise BadRequest("ExtenderArgs.NodeNames must be a list of node names")
+        self._names_seen = list(names)  # a copy: the caller's list may change after this request
+        return names
 
     def _simulate(self, pod: Mapping[str, Any], nodes: Mapping[str, Any]) -> dict[str, Any]:
         """§6.11: fit onto the supplied Node objects on a throwaway engine; no usage, events or patches."""

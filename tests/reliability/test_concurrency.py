@@ -136,8 +136,10 @@ def test_two_lagging_replicas_many_threads_2000_pods_on_50_nodes() -> None:
             with replica.lock:
                 assert ledger_view(replica.engine) == ledger_view(rebuilt)
                 assert device_usage(replica.engine) == device_usage(rebuilt)
-        # the lag was real: some binds were refused because the other replica had bound there first
-        assert any("already bound" in e["message"] for e in store.events if e["reason"] == "BindingFailed")
+        # the contention was real: some binds were refused, because the other replica had bound there first
+        # ("already bound") or held the node's lock (which one happens depends on thread timing)
+        assert any(("already bound" in e["message"] or "lock" in e["message"])
+                   for e in store.events if e["reason"] == "BindingFailed")
     finally:
         for replica in replicas:
             replica.stop()
