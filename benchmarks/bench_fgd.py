@@ -101,36 +101,49 @@ def run(policy: str, nodes: int, usage: float, pods: int) -> dict[str, Any]:
             "steady_ms": pct(steady), "churn_ms": pct(churn)}
 
 
+def section(nodes: list[int], usage: float, pods: int, progress: bool = True) -> list[dict[str, Any]]:
+    rows = []
+    for n in nodes:
+        for policy in ("binpack", "fgd"):
+            rows.append(run(policy, n, usage, pods))
+            if progress:
+                print(f"  {policy} at {n} nodes done", file=sys.stderr)
+    return rows
+
+
+def table(rows: list[dict[str, Any]]) -> Table:
+    pods = rows[0]["pods"] if rows else 0
+    usage = rows[0]["usage"] if rows else 0.0
+    out = Table(title=f"6. fgd vs binpack: schedule(limit=1), ms p50 / p99 ({pods} decisions each, {usage:.0%} usage)")
+    for col in ("nodes", "policy", "steady", "churn", "churn p50 / p99 vs binpack", "target (<= 3x)"):
+        out.add_column(col)
+    base: dict[int, dict[str, float]] = {}
+    for r in rows:
+        ratio = target = ""
+        if r["policy"] == "binpack":
+            base[r["nodes"]] = r["churn_ms"]
+        elif r["nodes"] in base:
+            b = base[r["nodes"]]
+            x50, x99 = r["churn_ms"]["p50"] / b["p50"], r["churn_ms"]["p99"] / b["p99"]
+            ratio = f"{x50:.1f}x / {x99:.1f}x"
+            target = "met" if max(x50, x99) <= 3 else "not met"
+        out.add_row(str(r["nodes"]), r["policy"], "{p50:.2f} / {p99:.2f}".format(**r["steady_ms"]),
+                    "{p50:.2f} / {p99:.2f}".format(**r["churn_ms"]), ratio, target)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--nodes", default="1000,5000", help="comma list of cluster sizes (default: 1000,5000)")
     ap.add_argument("--usage", type=float, default=0.5, help="GPU usage level (default: 0.5)")
     ap.add_argument("--pods", type=int, default=300, help="decisions per pattern (default: 300)")
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = ap.parse_args(argv)
-    rows = []
-    for n in (int(x) for x in args.nodes.split(",")):
-        for policy in ("binpack", "fgd"):
-            rows.append(run(policy, n, args.usage, args.pods))
-            print(f"  {policy} at {n} nodes done", file=sys.stderr)
+    rows = section([int(x) for x in args.nodes.split(",")], args.usage, args.pods)
     if args.json:
         print(json.dumps(rows, indent=2))
-        return 0
-    table = Table(title=f"schedule(limit=1), ms p50 / p99 ({args.pods} decisions, {args.usage:.0%} usage)")
-    for col in ("nodes", "policy", "steady", "churn", "churn p99 vs binpack", "target"):
-        table.add_column(col)
-    base: dict[int, float] = {}
-    for r in rows:
-        ratio = ""
-        if r["policy"] == "binpack":
-            base[r["nodes"]] = r["churn_ms"]["p99"]
-        else:
-            x = r["churn_ms"]["p99"] / base[r["nodes"]]
-            ratio = f"{x:.1f}x"
-        table.add_row(str(r["nodes"]), r["policy"], "{p50:.2f} / {p99:.2f}".format(**r["steady_ms"]),
-                      "{p50:.2f} / {p99:.2f}".format(**r["churn_ms"]), ratio,
-                      "" if r["policy"] == "binpack" else ("met" if ratio and float(ratio[:-1]) <= 3 else "not met"))
-    Console().print(table)
+    else:
+        Console().print(table(rows))
     return 0
 
 

@@ -11,7 +11,9 @@ Sections (``--sections 1,2,...``):
 3. sustained throughput: pods filtered and bound through HTTP on 1,000 nodes, 1 and 4 client threads; the client
    runs in a separate process (as kube-scheduler does), the device plugin's lock release in the scheduler's;
 4. memory: RSS of an engine holding N nodes x 8 GPUs and M booked pods (in a clean subprocess);
-5. ``hami simulate`` on the openb default trace, one seed, binpack (wall time of a subprocess).
+5. ``hami simulate`` on the openb default trace, one seed, binpack (wall time of a subprocess);
+6. the ``fgd`` policy against binpack, ``schedule(limit=1)`` on 1,000 and 5,000 nodes with the same pod again
+   and again and with a stream of pods of many shapes, each reserved (``bench_fgd.py``).
 
 Section 1 reports wall time and the thread's CPU time (``time.thread_time``): on a shared machine the wall
 p99 includes time the OS gave to other processes, the CPU p99 does not. ``meta`` records the load average
@@ -43,6 +45,7 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+import bench_fgd  # noqa: E402
 from bench_schedule import GPU_MEM, GPUS_PER_NODE  # noqa: E402
 
 from hami_core.engine.facade import Engine  # noqa: E402
@@ -50,9 +53,11 @@ from hami_core.engine.facade import Engine  # noqa: E402
 console = Console(stderr=True)
 
 FULL = {"nodes": [1000, 5000, 10000], "usage": [0.0, 0.5, 0.9], "pods": 1000, "full_eval": 50, "http_pods": 300,
-        "tp_nodes": 1000, "tp_pods": 10000, "mem_nodes": 10000, "mem_pods": 50000}
+        "tp_nodes": 1000, "tp_pods": 10000, "mem_nodes": 10000, "mem_pods": 50000, "fgd_nodes": [1000, 5000],
+        "fgd_pods": 300}
 QUICK = {"nodes": [200, 1000], "usage": [0.0, 0.5], "pods": 100, "full_eval": 10, "http_pods": 50,
-         "tp_nodes": 1000, "tp_pods": 1000, "mem_nodes": 1000, "mem_pods": 5000}
+         "tp_nodes": 1000, "tp_pods": 1000, "mem_nodes": 1000, "mem_pods": 5000, "fgd_nodes": [200],
+         "fgd_pods": 30}
 
 
 # --------------------------------------------------------------------------------------------- builders
@@ -485,11 +490,16 @@ def table_simulate(r: dict[str, Any]) -> Table:
 
 # --------------------------------------------------------------------------------------------- main
 
+def section_fgd(cfg: dict[str, Any]) -> list[dict[str, Any]]:
+    """The fgd policy against binpack (issue 13: within 3x at 5,000 nodes); see bench_fgd.py."""
+    return bench_fgd.section(cfg["fgd_nodes"], 0.5, cfg["fgd_pods"], progress=False)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes for a fast smoke run")
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
-    parser.add_argument("--sections", default="1,2,3,4,5", help="comma list of sections to run (default all)")
+    parser.add_argument("--sections", default="1,2,3,4,5,6", help="comma list of sections to run (default all)")
     parser.add_argument("--nodes", help="override the cluster sizes of sections 1-2 (comma list)")
     parser.add_argument("--usage", help="override the usage levels of sections 1-2 (comma list of fractions)")
     parser.add_argument("--pods", type=int, help="override the pods per cell of sections 1-2 and the full-evaluation "
@@ -533,7 +543,8 @@ def main(argv: list[str] | None = None) -> int:
             (2, "http", section_http, lambda r: table_http(r, cfg)),
             (3, "throughput", section_throughput, table_throughput),
             (4, "memory", section_memory, table_memory),
-            (5, "simulate", section_simulate, table_simulate))
+            (5, "simulate", section_simulate, table_simulate),
+            (6, "fgd", section_fgd, bench_fgd.table))
     for number, key, run, render in runs:
         if number not in wanted:
             continue

@@ -26,3 +26,13 @@ def test_run_quick_json_shape() -> None:
         assert {"filter", "bind", "floor", "roundtrip", "body_bytes"} <= set(r)
     mem = doc["sections"]["memory"]
     assert mem["nodes"] == 5 and mem["pods"] == 20 and mem["rss_mb"] > 0
+
+
+def test_fgd_section_json_shape() -> None:
+    out = subprocess.run([sys.executable, str(RUN), "--quick", "--sections", "6", "--json"],
+                         check=True, capture_output=True, text=True, timeout=300)
+    rows = json.loads(out.stdout)["sections"]["fgd"]
+    assert [(r["nodes"], r["policy"]) for r in rows] == [(200, "binpack"), (200, "fgd")]
+    for r in rows:
+        assert set(r["steady_ms"]) == set(r["churn_ms"]) == {"p50", "p99"}
+        assert 0 < r["placed"] <= r["pods"]
