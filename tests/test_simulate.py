@@ -167,3 +167,22 @@ def test_bundled_cluster_has_a_node_of_every_vendor(capsys: pytest.CaptureFixtur
     for vendor, node in expected.items():
         if vendor in installed:
             assert node in by_node, f"{vendor}: no pod placed on {node}"
+
+
+def test_fgd_policy_in_simulate(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--policy fgd`` runs the fragmentation-aware policy at both levels through the real engine."""
+    report = _run_json(capsys, "--policy", "binpack,fgd,fgd/binpack")
+    runs = {r["policy"]: r for r in report["runs"]}
+    assert [(runs[p]["node_policy"], runs[p]["gpu_policy"]) for p in ("fgd", "fgd/binpack")] == [
+        ("fgd", "fgd"), ("fgd", "binpack")]
+    for policy in ("fgd", "fgd/binpack"):
+        run = runs[policy]
+        assert run["tasks"] == 51 and run["placed"] + run["failed"] == 51
+        assert run["placed"] >= runs["binpack"]["placed"] - 1
+    alone = _run_json(capsys, "--policy", "fgd")
+    pods = _placements(alone)
+    # the pod without devices is ranked by fgd too: it still gets a node
+    assert pods["default/web-frontend"]["skipped"] and pods["default/web-frontend"]["node"]
+    assert all(d["usedmem"] <= d["totalmem"] for devs in alone["nodes"].values() for d in devs)
+    assert main(["simulate", "--policy", "list"]) == 0
+    assert "fgd" in capsys.readouterr().out

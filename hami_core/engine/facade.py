@@ -40,7 +40,7 @@ from hami_core.engine.policy import effective_policy
 from hami_core.engine.requests import pod_requests
 from hami_core.engine.table import NodeTable
 from hami_core.engine.workload import WorkloadModel, pod_shapes
-from hami_core.plugins.errors import HamiError, PluginError, WireFormatError
+from hami_core.plugins.errors import ConfigError, HamiError, PluginError, WireFormatError
 from hami_core.plugins.types import (
     ContainerRequests,
     DeviceBackend,
@@ -102,6 +102,11 @@ class Engine:
             if section not in HAMI_SECTIONS and section not in vendors:
                 log.warning("config %s: section %r is neither a HAMi device section nor read by an installed "
                             "plugin; check its spelling", self.config.source, section)
+        node_policies = {p.name for p in self.policies() if p.kind == "node"}
+        if self.config.scheduler.node_scheduler_policy not in node_policies:
+            raise ConfigError(f"scheduler.nodeSchedulerPolicy: unknown node policy "
+                              f"{self.config.scheduler.node_scheduler_policy!r}; the loaded plugins offer "
+                              f"{', '.join(sorted(node_policies))}")
         self.nodes: dict[str, NodeState] = {}
         self.table = NodeTable()
         self.ledger = Ledger()

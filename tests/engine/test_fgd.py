@@ -147,6 +147,18 @@ def test_bad_fgd_config_names_the_field(make_engine: Any, fgd: dict[str, Any], f
         make_engine({"acme": {}, "scheduler": {"fgd": fgd}})
 
 
+def test_unknown_node_policy_is_a_config_error(make_engine: Any) -> None:
+    with pytest.raises(ConfigError, match=r"scheduler\.nodeSchedulerPolicy: unknown node policy 'fdg'.*fgd"):
+        make_engine({"acme": {}, "scheduler": {"nodeSchedulerPolicy": "fdg"}})
+
+
+def test_scheduler_cli_accepts_fgd() -> None:
+    from hami_core.cli import _build_parser
+
+    args = _build_parser().parse_args(["scheduler", "--node-scheduler-policy", "fgd", "--gpu-scheduler-policy", "fgd"])
+    assert (args.node_scheduler_policy, args.gpu_scheduler_policy) == ("fgd", "fgd")
+
+
 # ------------------------------------------------------------------------------------- decisions
 def _cluster(engine: Engine) -> None:
     # A: two cards 40 % used (total 80 %); B: one card 65 % used, one idle (total 65 %).
