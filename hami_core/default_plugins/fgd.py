@@ -1,10 +1,11 @@
 """The ``fgd`` node policy: Fragmentation Gradient Descent (Weng et al., USENIX ATC '23).
 
 Each candidate node is scored by how much placing the pod there grows the node's expected
-fragmentation under the workload mix (:mod:`hami_core.engine.fragmentation`); the node where it grows
-least wins, and among equal growth the fullest node (HAMi's binpack score) wins. The pod's devices on
-the node are still chosen by the GPU policy, so the growth is computed for the device that policy's fit
-would take (``binpack``: the busiest usable one, otherwise the idlest).
+fragmentation under the workload mix (:mod:`hami_core.engine.fragmentation`), normalised as in the
+paper to a few score steps (:func:`quantised_score`); the node in the best step wins, and within a step
+the fullest node (:func:`packing_scores`). The pod's devices on the node are chosen by the GPU policy,
+so the growth is computed for the device that policy's fit would take (``fgd``: the least growth,
+``binpack``: the busiest usable one, otherwise the idlest). See docs/fgd.md.
 
 It is a state-only score (``hami_prescore_nodes``), so the engine keeps its best-first evaluation. The
 growth per node is cached at the node's table stamp and the mix's version: a decision recomputes only

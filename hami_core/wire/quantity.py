@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from fractions import Fraction
@@ -39,6 +40,14 @@ def parse_quantity(value: str | int | float) -> Fraction:
         return Fraction(repr(value))
     if not isinstance(value, str):
         raise WireFormatError(f"invalid quantity {value!r}: expected a string or number")
+    return _parse_text(value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_text(value: str) -> Fraction:
+    # Cached: every pod repeats the same few quantities ("1", "4000", "500m", "8Gi") and Fractions are
+    # immutable, so the scheduler's hot path (requests parsed on filter and bind) skips the regex and the
+    # big-number arithmetic. Errors are not cached (lru_cache does not store exceptions).
     match = _QUANTITY.fullmatch(value)
     if match is None or not (match["int"] or match["frac"]):
         raise WireFormatError(f"invalid quantity {go_quote(value)}")
