@@ -48,12 +48,14 @@ def shaped_pod(i: int, rng: random.Random) -> dict[str, Any]:
                 "limits": limits, "requests": {"cpu": str(rng.choice([2, 4, 8, 16, 32])), "memory": "8Gi"}}}]}}
 
 
-def engine_for(policy: str, nodes: int, usage: float) -> Engine:
+def engine_for(policy: str, nodes: int, usage: float, tolerance: float | None = None) -> Engine:
     engine = build(nodes, usage)
     engine.config = engine.config.__class__(
         devices=engine.config.devices, source=engine.config.source,
         scheduler=engine.config.scheduler.model_copy(update={"node_scheduler_policy": policy,
                                                              "gpu_scheduler_policy": "binpack"}))
+    if tolerance is not None:
+        engine.workload.tolerance = tolerance
     for name, state in engine.nodes.items():  # CPU and memory, so fgd sees host resources
         state.update_object({"metadata": {"name": name}, "status": {"allocatable": {"cpu": "128",
                                                                                      "memory": "1024Gi"}}})
@@ -74,8 +76,8 @@ def pct(samples: list[float]) -> dict[str, float]:
     return {"p50": statistics.median(s) * 1e3, "p99": s[min(len(s) - 1, int(0.99 * len(s)))] * 1e3}
 
 
-def run(policy: str, nodes: int, usage: float, pods: int) -> dict[str, Any]:
-    engine = engine_for(policy, nodes, usage)
+def run(policy: str, nodes: int, usage: float, pods: int, tolerance: float | None = None) -> dict[str, Any]:
+    engine = engine_for(policy, nodes, usage, tolerance)
     gc.collect()
     gc.freeze()
     rng = random.Random(11)
@@ -98,14 +100,16 @@ def run(policy: str, nodes: int, usage: float, pods: int) -> dict[str, Any]:
             placed += 1
     gc.unfreeze()
     return {"policy": policy, "nodes": nodes, "usage": usage, "pods": pods, "placed": placed,
+            "tolerance": engine.workload.tolerance, "mix_versions": engine.workload.snapshot().version,
             "steady_ms": pct(steady), "churn_ms": pct(churn)}
 
 
-def section(nodes: list[int], usage: float, pods: int, progress: bool = True) -> list[dict[str, Any]]:
+def section(nodes: list[int], usage: float, pods: int, progress: bool = True,
+            tolerance: float | None = None) -> list[dict[str, Any]]:
     rows = []
     for n in nodes:
         for policy in ("binpack", "fgd"):
-            rows.append(run(policy, n, usage, pods))
+            rows.append(run(policy, n, usage, pods, tolerance))
             if progress:
                 print(f"  {policy} at {n} nodes done", file=sys.stderr)
     return rows
@@ -137,9 +141,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nodes", default="1000,5000", help="comma list of cluster sizes (default: 1000,5000)")
     ap.add_argument("--usage", type=float, default=0.5, help="GPU usage level (default: 0.5)")
     ap.add_argument("--pods", type=int, default=300, help="decisions per pattern (default: 300)")
+    ap.add_argument("--tolerance", type=float, help="scheduler.fgd.tolerance (default: the config default)")
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = ap.parse_args(argv)
-    rows = section([int(x) for x in args.nodes.split(",")], args.usage, args.pods)
+    rows = section([int(x) for x in args.nodes.split(",")], args.usage, args.pods, tolerance=args.tolerance)
     if args.json:
         print(json.dumps(rows, indent=2))
     else:

@@ -73,12 +73,39 @@ def _control_disabled(container: Mapping[str, Any]) -> bool:
     return False
 
 
-def _fresh_dir(path: Path) -> None:
-    """Delete and re-create with mode 0777 (HAMi does so for every Allocate); failures are logged."""
+def _run_as(pod: Mapping[str, Any], container: Mapping[str, Any]) -> tuple[int | None, int | None]:
+    """(uid, gid) the container runs as, from its and the pod's securityContext (``None`` when not set)."""
+    pod_sc = (pod.get("spec") or {}).get("securityContext") or {}
+    ctr_sc = container.get("securityContext") or {}
+
+    def pick(*values: Any) -> int | None:
+        for v in values:
+            if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
+                return v
+        return None
+
+    uid = pick(ctr_sc.get("runAsUser"), pod_sc.get("runAsUser"))
+    gid = pick(ctr_sc.get("runAsGroup"), pod_sc.get("runAsGroup"), pod_sc.get("fsGroup"))
+    return uid, gid
+
+
+def _fresh_dir(path: Path, uid: int | None = None, gid: int | None = None) -> None:
+    """Delete and re-create the container's cache dir; failures are logged.
+
+    Only the container writes there. When its user (or group) is known the dir is owned by it with mode
+    0700 (0770 for a group); otherwise 0777, as HAMi always does, since any user may run in the container.
+    """
     try:
         shutil.rmtree(path, ignore_errors=True)
         path.mkdir(parents=True, exist_ok=True)
-        os.chmod(path, 0o777)
+        mode = 0o777
+        if uid is not None or gid is not None:
+            try:
+                os.chown(path, -1 if uid is None else uid, -1 if gid is None else gid)
+                mode = 0o700 if gid is None else 0o770
+            except OSError as exc:  # not root (tests, dev): stay usable for anyone
+                log.warning("cannot give %s to %s:%s, leaving it open: %s", path, uid, gid, exc)
+        os.chmod(path, mode)
     except OSError as exc:
         log.warning("cannot prepare %s: %s", path, exc)
 
@@ -106,10 +133,10 @@ def allocation(cfg: NvidiaConfig, pod: Mapping[str, Any], container_index: int,
     versioned = f"{vgpu}/libvgpu.so.{__version__}"
     meta = pod.get("metadata") or {}
     cache_dir = f"{vgpu}/containers/{meta.get('uid', '')}_{container.get('name', '')}"
-    _fresh_dir(Path(cache_dir))
+    _fresh_dir(Path(cache_dir), *_run_as(pod, container))
     try:
         Path(lock_dir).mkdir(parents=True, exist_ok=True)
-        os.chmod(lock_dir, 0o777)
+        os.chmod(lock_dir, 0o1777)  # shared by every container: sticky, so none can remove another's lock
     except OSError as exc:
         log.warning("cannot prepare %s: %s", lock_dir, exc)
     mounts = [
