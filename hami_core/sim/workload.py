@@ -48,17 +48,12 @@ def from_task(task: Task, *, uid: str | None = None) -> SimPod:
     return SimPod(pod_object(task, uid=uid), task.cpu_milli, task.memory_mib, task.num_gpu, task.per_gpu, models)
 
 
-def pod_resources(pod: Mapping[str, Any]) -> tuple[int, int]:
-    """(CPU milli, memory MiB) the pod requests, as kube-scheduler counts it (see :func:`host_requests`)."""
-    return host_requests(pod)
-
-
 def from_pod(pod: Mapping[str, Any], requests: ContainerRequests) -> SimPod:
     """A YAML pod: its GPU share is the largest of its cores and memory percentage per device.
 
     A request given only in MiB (no percentage) has no share until placed, so it counts as 0 demand.
     """
-    cpu, mem = pod_resources(pod)
+    cpu, mem = host_requests(pod)
     num_gpu = per_gpu = 0
     for container in requests.containers:
         for req in container.values():
