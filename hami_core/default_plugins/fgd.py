@@ -33,8 +33,6 @@ FGD = "fgd"
 INFEASIBLE = -1e12
 #: One step of the quantised growth score outweighs any packing tie-break (which is 0-20).
 _BUCKET = 100.0
-#: Steps of the quantised growth score (``scheduler.fgd.scoreSteps``).
-DEFAULT_STEPS = 25
 
 
 def quantised_score(growth: np.ndarray, steps: int = 100) -> np.ndarray:
@@ -157,7 +155,6 @@ def hami_prescore_nodes(pod: Mapping[str, Any], batch: NodeBatch, policy: GpuPol
     if policy.node != FGD:
         return None
     tie = packing_scores(batch.totals)
-    steps = _steps(batch)
     workload = batch.workload
     if not isinstance(workload, Workload) or not workload.classes:
         return tie  # nothing learned yet (or a hand-built batch): plain binpack
@@ -169,9 +166,4 @@ def hami_prescore_nodes(pod: Mapping[str, Any], batch: NodeBatch, policy: GpuPol
         growth = state.growth(batch, workload, select, policy.weights, host_requests(pod))
     else:
         growth = node_growth(batch.nodes, batch.shapes, workload, select, policy.weights, host_requests(pod))
-    return np.where(np.isfinite(growth), quantised_score(growth, steps) * _BUCKET, INFEASIBLE) + tie
-
-
-def _steps(batch: NodeBatch) -> int:
-    workload = batch.workload
-    return int(getattr(workload, "score_steps", DEFAULT_STEPS) or DEFAULT_STEPS)
+    return np.where(np.isfinite(growth), quantised_score(growth, workload.score_steps) * _BUCKET, INFEASIBLE) + tie

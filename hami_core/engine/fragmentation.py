@@ -117,11 +117,14 @@ class _Spec:
             type_ok = np.array([[s.accepts(t) for t in types] + [False] for s in shapes], dtype=bool)
         return cls(cores, memreq, pct, type_ok)
 
+    def need(self, totalmem: np.ndarray) -> np.ndarray:
+        """``(k, rows, devices)``: MiB each shape books on each device (``memreq``, else its percentage)."""
+        return np.where(self.memreq > 0, self.memreq,
+                        np.where(self.pct >= 0, np.floor(totalmem * np.maximum(self.pct, 0) / 100), 0.0))
+
     def usable(self, dev: DeviceArrays, used: np.ndarray, usedcores: np.ndarray, usedmem: np.ndarray) -> np.ndarray:
         """``(k, rows, devices)``: which devices each shape could take, on the given usage."""
-        need = np.where(self.memreq > 0, self.memreq,
-                        np.where(self.pct >= 0, np.floor(dev.totalmem * np.maximum(self.pct, 0) / 100), 0.0))
-        ok = dev.present & (used < dev.count) & (dev.totalmem - usedmem >= need)
+        ok = dev.present & (used < dev.count) & (dev.totalmem - usedmem >= self.need(dev.totalmem))
         ok = ok & (dev.totalcore - usedcores >= self.cores)
         busy_whole = (dev.totalcore == 100) & (used > 0)
         exhausted = (dev.totalcore != 0) & (usedcores >= dev.totalcore)
@@ -179,11 +182,6 @@ def _host_fits(host: np.ndarray, mix: Mix) -> np.ndarray:
     return (host[None, :, 0] >= mix.cpu[:, None]) & (host[None, :, 1] >= mix.mem[:, None])
 
 
-def _memory_need(spec: _Spec, totalmem: np.ndarray) -> np.ndarray:
-    return np.where(spec.memreq[0] > 0, spec.memreq[0],
-                    np.where(spec.pct[0] >= 0, np.floor(totalmem * np.maximum(spec.pct[0], 0) / 100), 0.0))
-
-
 def device_growth(dev: DeviceArrays, request: Shape, mix: Mix, host_after: np.ndarray | None = None, *,
                   state: MixState | None = None, columns: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Growth of each row's fragmentation if one device of ``request`` goes to device ``j``: ``(rows, devices)``.
@@ -202,7 +200,7 @@ def device_growth(dev: DeviceArrays, request: Shape, mix: Mix, host_after: np.nd
         rows = np.arange(len(inc))
         dev = DeviceArrays(*(a[rows, columns][:, None] if a.ndim == 2 and f != "host" else a
                              for f, a in ((f, getattr(dev, f)) for f in DeviceArrays.__slots__)))
-    need = _memory_need(spec, dev.totalmem)
+    need = spec.need(dev.totalmem)[0]
     cores = float(spec.cores[0, 0, 0])
     post_used, post_cores, post_mem = dev.used + 1, dev.usedcores + cores, dev.usedmem + need
     share = dev.free_share()
@@ -260,7 +258,7 @@ def placement_delta(dev: DeviceArrays, request: Shape, mix: Mix, *, select: str 
             dev.host = host_after
             dev.used[rows, pick] += 1
             dev.usedcores[rows, pick] += cores
-            dev.usedmem[rows, pick] += _memory_need(spec, dev.totalmem)[rows, pick]
+            dev.usedmem[rows, pick] += spec.need(dev.totalmem)[0][rows, pick]
     alive &= (host_after[:, 0] >= 0) & (host_after[:, 1] >= 0)
     return np.where(alive, np.round(total, 6), np.inf)
 

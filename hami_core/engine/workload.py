@@ -18,7 +18,7 @@ from typing import Any
 from hami_core.plugins.types import MEM_PERCENTAGE_UNSET, ContainerRequests, DeviceBackend
 from hami_core.wire.common import split_list
 
-__all__ = ["CPU_STEP", "MixClass", "Shape", "Workload", "WorkloadModel", "pod_shapes"]
+__all__ = ["CPU_STEP", "DEFAULT_SCORE_STEPS", "MixClass", "Shape", "Workload", "WorkloadModel", "pod_shapes"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +46,8 @@ class Shape:
 
 #: One class of the mix: its request shape, weight, and the CPU (milli) and memory (MiB) its pods request.
 MixClass = tuple[Shape, float, float, float]
+#: Default resolution of the fgd growth score (``scheduler.fgd.scoreSteps``; the paper's is 100).
+DEFAULT_SCORE_STEPS = 25
 #: CPU requests are grouped in steps of this many milli-CPU (a class per shape and CPU step).
 CPU_STEP = 500
 
@@ -57,7 +59,7 @@ class Workload:
     version: int
     classes: tuple[MixClass, ...] = ()
     #: How finely fragmentation growth is scored (``scheduler.fgd.scoreSteps``), for policies reading the mix.
-    score_steps: int = 25
+    score_steps: int = DEFAULT_SCORE_STEPS
 
     def for_backend(self, backend: str) -> list[MixClass]:
         """The classes that ask ``backend``."""
@@ -94,7 +96,8 @@ class WorkloadModel:
     """
 
     def __init__(self, window: int = 1000, *, tolerance: float = 0.02, coverage: float = 0.95,
-                 fixed: Sequence[MixClass] | None = None, score_steps: int = 25) -> None:
+                 fixed: Sequence[MixClass] | None = None,
+                 score_steps: int = DEFAULT_SCORE_STEPS) -> None:
         if window <= 0:
             raise ValueError(f"window must be > 0, got {window}")
         self.window = window
@@ -146,7 +149,10 @@ class WorkloadModel:
             return self._snapshot
         current = {k: n / total for k, n in self._counts.items()}
         old = self._weights
-        drift = 0.5 * sum(abs(current.get(k, 0.0) - old.get(k, 0.0)) for k in current.keys() | old.keys())
+        # Summed in dict (insertion) order, never over a set: a set's order follows the string hash seed, and
+        # a last-bit difference in the sum could move the new version by a pod, and so the decisions.
+        drift = 0.5 * (sum(abs(w - old.get(k, 0.0)) for k, w in current.items())
+                       + sum(w for k, w in old.items() if k not in current))
         if drift > self.tolerance or not self._snapshot.classes:
             self._weights = current
             kept: list[MixClass] = []
