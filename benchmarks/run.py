@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import gc
 import http.client
+import itertools
 import json
 import os
 import random
@@ -54,10 +55,10 @@ console = Console(stderr=True)
 
 FULL = {"nodes": [1000, 5000, 10000], "usage": [0.0, 0.5, 0.9], "pods": 1000, "full_eval": 50, "http_pods": 300,
         "tp_nodes": 1000, "tp_pods": 10000, "mem_nodes": 10000, "mem_pods": 50000, "fgd_nodes": [1000, 5000],
-        "fgd_pods": 300}
+        "fgd_pods": 300, "servers": ["asyncio", "threaded"]}
 QUICK = {"nodes": [200, 1000], "usage": [0.0, 0.5], "pods": 100, "full_eval": 10, "http_pods": 50,
          "tp_nodes": 1000, "tp_pods": 1000, "mem_nodes": 1000, "mem_pods": 5000, "fgd_nodes": [200],
-         "fgd_pods": 30}
+         "fgd_pods": 30, "servers": ["asyncio", "threaded"]}
 
 
 # --------------------------------------------------------------------------------------------- builders
@@ -192,14 +193,15 @@ def table_schedule(rows: list[dict[str, Any]], cfg: dict[str, Any]) -> Table:
 class Service:
     """The real scheduler service on 127.0.0.1 over a MemoryCluster of ``nodes`` at ``usage``."""
 
-    def __init__(self, nodes: int, usage: float) -> None:
+    def __init__(self, nodes: int, usage: float, server: str = "asyncio") -> None:
         from hami_core.cluster.memory import MemoryCluster
         from hami_core.scheduler.app import Options, Scheduler
 
         self.names = [f"node-{n:05d}" for n in range(nodes)]
         self.cluster = MemoryCluster(nodes=[node_obj(n) for n in range(nodes)], pods=usage_pods(nodes, usage))
         self.svc = Scheduler(Engine({"nvidia": {}}), self.cluster,
-                             Options(host="127.0.0.1", port=0, metrics_host=None, resync_s=3600.0))
+                             Options(host="127.0.0.1", port=0, metrics_host=None, resync_s=3600.0,
+                                     http_server=server))
         logging_quiet()
         self.svc.start()
         self.host, self.port = self.svc.server.address[:2]
@@ -248,14 +250,13 @@ def post(conn: http.client.HTTPConnection, path: str, body: bytes) -> Any:
 
 def section_http(cfg: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
-    for n in cfg["nodes"]:
-        for usage in cfg["usage"]:
-            with console.status(f"[2] starting the extender on {n} nodes at {usage:.0%}"):
-                svc = Service(n, usage)
+    for n, usage, server in itertools.product(cfg["nodes"], cfg["usage"], cfg["servers"]):
+            with console.status(f"[2] starting the {server} extender on {n} nodes at {usage:.0%}"):
+                svc = Service(n, usage, server)
             gc.freeze()
             try:
-                with console.status(f"[2] /filter + /bind on {n} nodes at {usage:.0%}"):
-                    rows.append({"nodes": n, "usage": usage, **http_cell(svc, cfg["http_pods"])})
+                with console.status(f"[2] /filter + /bind on {n} nodes at {usage:.0%} ({server})"):
+                    rows.append({"nodes": n, "usage": usage, "server": server, **http_cell(svc, cfg["http_pods"])})
             finally:
                 gc.unfreeze()
                 svc.stop()
@@ -305,11 +306,11 @@ def http_cell(svc: Service, iterations: int) -> dict[str, Any]:
 
 def table_http(rows: list[dict[str, Any]], cfg: dict[str, Any]) -> Table:
     t = Table(title=f"2. HTTP extender, 1-GPU pod, {cfg['http_pods']} pods per cell (ms, p50 / p99)")
-    for col in ("nodes", "usage", "/filter", "/bind", "JSON floor", "GET /healthz", "body KiB",
+    for col in ("nodes", "usage", "server", "/filter", "/bind", "JSON floor", "GET /healthz", "body KiB",
                 "filter p99 / floor p99"):
         t.add_column(col, justify="right")
     for r in rows:
-        t.add_row(str(r["nodes"]), f"{r['usage']:.0%}",
+        t.add_row(str(r["nodes"]), f"{r['usage']:.0%}", r.get("server", "threaded"),
                   *(f"{r[k]['p50_ms']:.2f} / {r[k]['p99_ms']:.2f}" for k in ("filter", "bind", "floor", "roundtrip")),
                   f"{r['body_bytes'] / 1024:.0f}", f"{r['filter_p99_over_floor_p99']:.1f}x")
     return t
@@ -320,10 +321,10 @@ def table_http(rows: list[dict[str, Any]], cfg: dict[str, Any]) -> Table:
 def section_throughput(cfg: dict[str, Any]) -> list[dict[str, Any]]:
     """Filter+bind N pods; the client (kube-scheduler's part) runs in its own process, as in a cluster."""
     rows = []
-    for threads in (1, 4):
+    for server, threads in itertools.product(cfg["servers"], (1, 4)):
         count = cfg["tp_pods"]
-        with console.status(f"[3] {count} pods through HTTP on {cfg['tp_nodes']} nodes, {threads} thread(s)"):
-            svc = Service(cfg["tp_nodes"], 0.0)
+        with console.status(f"[3] {count} pods through HTTP on {cfg['tp_nodes']} nodes, {threads} thread(s), {server}"):
+            svc = Service(cfg["tp_nodes"], 0.0, server)
             for i in range(count):
                 svc.cluster.add_pod(request_pod("1gpu", f"tp-{i}"))
             svc.release_locks_when_bound()
@@ -335,7 +336,7 @@ def section_throughput(cfg: dict[str, Any]) -> list[dict[str, Any]]:
                                      check=True, capture_output=True, text=True)
                 server_cpu = time.process_time() - cpu0
                 stats = json.loads(out.stdout)
-                rows.append({"threads": threads, "nodes": cfg["tp_nodes"], **stats,
+                rows.append({"server": server, "threads": threads, "nodes": cfg["tp_nodes"], **stats,
                              "server_cpu_s": server_cpu, "server_cpu_ms_per_pod": 1000 * server_cpu / max(1, count)})
             finally:
                 gc.unfreeze()
@@ -394,11 +395,12 @@ def tp_client(host: str, port: int, nodes: int, count: int, threads: int) -> dic
 
 def table_throughput(rows: list[dict[str, Any]]) -> Table:
     t = Table(title="3. Sustained /filter + /bind through HTTP (1-GPU pods, empty cluster)")
-    for col in ("nodes", "client threads", "pods", "bound", "lock retries", "failed", "wall s", "pods/s",
+    for col in ("nodes", "server", "client threads", "pods", "bound", "lock retries", "failed", "wall s", "pods/s",
                 "server CPU ms/pod"):
         t.add_column(col, justify="right")
     for r in rows:
-        t.add_row(str(r["nodes"]), str(r["threads"]), str(r["pods"]), str(r["bound"]), str(r["retries"]),
+        t.add_row(str(r["nodes"]), r.get("server", "threaded"), str(r["threads"]), str(r["pods"]), str(r["bound"]),
+                  str(r["retries"]),
                   str(r["failed"]), f"{r['wall_s']:.1f}", f"{r['pods_per_s']:.0f}", f"{r['server_cpu_ms_per_pod']:.2f}")
     return t
 
@@ -506,6 +508,8 @@ def main(argv: list[str] | None = None) -> int:
                                                  "count, and (x10) the throughput pods")
     parser.add_argument("--tp-nodes", type=int, help="override the nodes of section 3")
     parser.add_argument("--tp-pods", type=int, help="override the pods of section 3")
+    parser.add_argument("--http-server", help="the servers of sections 2-3, comma list of asyncio, threaded "
+                                              "(default both)")
     parser.add_argument("--mem", help="override section 4 as NODES,PODS")
     parser.add_argument("--memory-child", help=argparse.SUPPRESS)
     parser.add_argument("--tp-client", help=argparse.SUPPRESS)
@@ -531,6 +535,8 @@ def main(argv: list[str] | None = None) -> int:
         cfg["tp_nodes"] = args.tp_nodes
     if args.tp_pods:
         cfg["tp_pods"] = args.tp_pods
+    if args.http_server:
+        cfg["servers"] = [x.strip() for x in args.http_server.split(",")]
     if args.mem:
         cfg["mem_nodes"], cfg["mem_pods"] = (int(x) for x in args.mem.split(","))
     wanted = {int(s) for s in args.sections.split(",") if s.strip()}

@@ -111,6 +111,9 @@ def _add_scheduler_parser(commands: Any, common: argparse.ArgumentParser) -> Non
                         help="serve an in-memory cluster of the Nodes and Pods in this YAML file (no Kubernetes)")
     sched.add_argument("--http-bind", default="127.0.0.1:9443", metavar="HOST:PORT",
                        help="extender/webhook address (default: 127.0.0.1:9443)")
+    sched.add_argument("--http-server", choices=("asyncio", "threaded"), default="asyncio",
+                       help="HTTP server: asyncio (httptools parser, handlers in a thread pool) or threaded "
+                            "(http.server, one thread per connection); both answer alike (default: asyncio)")
     sched.add_argument("--metrics-bind", default=":9395", metavar="HOST:PORT",
                        help="metrics address, empty to disable (default: :9395)")
     sched.add_argument("--tls-cert", metavar="FILE", help="TLS certificate (PEM); with --tls-key serves HTTPS")
@@ -345,7 +348,8 @@ def _cmd_scheduler(args: argparse.Namespace, _extra: list[str]) -> int:
                       metrics_port=metrics[1] if metrics else 0, cert_file=args.tls_cert, key_file=args.tls_key,
                       scheduler_name=args.scheduler_name,
                       lock_timeout_s=args.node_lock_timeout or config.scheduler.node_lock_timeout,
-                      lock_retry_timeout_s=args.node_lock_retry_timeout, resync_s=args.resync)
+                      lock_retry_timeout_s=args.node_lock_retry_timeout, resync_s=args.resync,
+                      http_server=args.http_server)
     try:
         service = Scheduler(engine, cluster, options, is_leader=elector.is_leader if elector else None)
     except OSError as exc:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import marshal
 import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -20,6 +21,21 @@ from hami_core.cluster.base import ConflictError, NotFoundError, WatchHandler
 from hami_core.plugins.errors import HamiError
 
 
+def clone(obj: Any) -> Any:
+    """A deep copy of a JSON-shaped object. ``marshal`` copies dicts, lists and scalars in C, ~10x faster than
+    :func:`copy.deepcopy` (every read, write and watch event copies, so callers never share the store's objects);
+    anything marshal cannot copy falls back to ``deepcopy``."""
+    try:
+        return marshal.loads(marshal.dumps(obj))
+    except ValueError:
+        return copy.deepcopy(obj)
+
+
+def _node_of(pod: Mapping[str, Any] | None) -> str | None:
+    spec = pod.get("spec") if pod is not None else None
+    return spec.get("nodeName") if isinstance(spec, Mapping) else None
+
+
 def merge_patch(target: dict[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
     """RFC 7386 JSON merge patch, in place: ``None`` deletes a key, mappings merge, anything else replaces."""
     for key, value in patch.items():
@@ -28,7 +44,7 @@ def merge_patch(target: dict[str, Any], patch: Mapping[str, Any]) -> dict[str, A
         elif isinstance(value, Mapping) and isinstance(target.get(key), dict):
             merge_patch(target[key], value)
         else:
-            target[key] = copy.deepcopy(value) if isinstance(value, Mapping | list) else value
+            target[key] = clone(value) if isinstance(value, Mapping | list) else value
     return target
 
 
@@ -40,6 +56,8 @@ class MemoryCluster:
         self._rv = itertools.count(1)
         self.nodes: dict[str, dict[str, Any]] = {}
         self.pods: dict[tuple[str, str], dict[str, Any]] = {}
+        #: spec.nodeName → keys of the pods bound there (what the API server's field-selector index gives).
+        self._by_node: dict[str, set[tuple[str, str]]] = {}
         self.events: list[dict[str, Any]] = []
         self._watchers: list[tuple[WatchHandler, WatchHandler]] = []
         for node in nodes:
@@ -77,19 +95,19 @@ class MemoryCluster:
 
     def _notify(self, kind: str, event: str, obj: dict[str, Any]) -> None:
         for on_node, on_pod in list(self._watchers):
-            (on_node if kind == "Node" else on_pod)(event, copy.deepcopy(obj))
+            (on_node if kind == "Node" else on_pod)(event, clone(obj))
 
     def add_node(self, node: Mapping[str, Any]) -> dict[str, Any]:
-        obj = self._stamp(copy.deepcopy(dict(node)))
+        obj = self._stamp(clone(dict(node)))
         obj.setdefault("kind", "Node")
         with self._lock:
             event = "MODIFIED" if obj["metadata"]["name"] in self.nodes else "ADDED"
             self.nodes[obj["metadata"]["name"]] = obj
             self._notify("Node", event, obj)
-        return copy.deepcopy(obj)
+        return clone(obj)
 
     def add_pod(self, pod: Mapping[str, Any]) -> dict[str, Any]:
-        obj = self._stamp(copy.deepcopy(dict(pod)))
+        obj = self._stamp(clone(dict(pod)))
         obj.setdefault("kind", "Pod")
         meta = obj["metadata"]
         meta.setdefault("namespace", "default")
@@ -97,15 +115,17 @@ class MemoryCluster:
         key = (meta["namespace"], meta["name"])
         with self._lock:
             event = "MODIFIED" if key in self.pods else "ADDED"
+            self._reindex(key, self.pods.get(key), obj)
             self.pods[key] = obj
             self._notify("Pod", event, obj)
-        return copy.deepcopy(obj)
+        return clone(obj)
 
     def delete_pod(self, namespace: str, name: str) -> None:
         with self._lock:
             obj = self.pods.pop((namespace, name), None)
             if obj is None:
                 raise NotFoundError(f"pods {namespace}/{name} not found")
+            self._reindex((namespace, name), obj, None)
             self._notify("Pod", "DELETED", obj)
 
     def delete_node(self, name: str) -> None:
@@ -120,26 +140,38 @@ class MemoryCluster:
         with self._lock:
             if name not in self.nodes:
                 raise NotFoundError(f'nodes "{name}" not found')
-            return copy.deepcopy(self.nodes[name])
+            return clone(self.nodes[name])
 
     def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
         with self._lock:
             if (namespace, name) not in self.pods:
                 raise NotFoundError(f'pods "{name}" not found in namespace {namespace}')
-            return copy.deepcopy(self.pods[(namespace, name)])
+            return clone(self.pods[(namespace, name)])
 
     def list_nodes(self) -> list[dict[str, Any]]:
         with self._lock:
-            return [copy.deepcopy(n) for _, n in sorted(self.nodes.items())]
+            return [clone(n) for _, n in sorted(self.nodes.items())]
 
     def list_pods(self) -> list[dict[str, Any]]:
         with self._lock:
-            return [copy.deepcopy(p) for _, p in sorted(self.pods.items())]
+            return [clone(p) for _, p in sorted(self.pods.items())]
 
     def pods_on_node(self, node: str) -> list[dict[str, Any]]:
         with self._lock:
-            return [copy.deepcopy(p) for _, p in sorted(self.pods.items())
-                    if (p.get("spec") or {}).get("nodeName") == node]
+            return [clone(self.pods[key]) for key in sorted(self._by_node.get(node, ()))]
+
+    def _reindex(self, key: tuple[str, str], old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> None:
+        was, now = _node_of(old), _node_of(new)
+        if was == now:
+            return
+        if was:
+            keys_there = self._by_node.get(was)
+            if keys_there is not None:
+                keys_there.discard(key)
+                if not keys_there:
+                    del self._by_node[was]
+        if now:
+            self._by_node.setdefault(str(now), set()).add(key)
 
     def _patch(self, kind: str, store: dict[Any, dict[str, Any]], key: Any, patch: Mapping[str, Any]) -> dict[str, Any]:
         with self._lock:
@@ -150,12 +182,15 @@ class MemoryCluster:
             if wanted is not None and wanted != obj["metadata"]["resourceVersion"]:
                 raise ConflictError(f"Operation cannot be fulfilled on {kind} {key}: the object has been modified; "
                                     "please apply your changes to the latest version and try again")
-            patch = copy.deepcopy(dict(patch))
+            patch = clone(dict(patch))
             (patch.get("metadata") or {}).pop("resourceVersion", None)
+            was = _node_of(obj) if kind == "Pod" else None
             merge_patch(obj, patch)
+            if kind == "Pod" and _node_of(obj) != was:
+                self._reindex(key, {"spec": {"nodeName": was}}, obj)
             self._stamp(obj)
             self._notify(kind, "MODIFIED", obj)
-            return copy.deepcopy(obj)
+            return clone(obj)
 
     def patch_node(self, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
         return self._patch("Node", self.nodes, name, patch)
@@ -185,9 +220,9 @@ class MemoryCluster:
     def watch(self, on_node: WatchHandler, on_pod: WatchHandler) -> None:
         with self._lock:
             for node in self.nodes.values():
-                on_node("ADDED", copy.deepcopy(node))
+                on_node("ADDED", clone(node))
             for pod in self.pods.values():
-                on_pod("ADDED", copy.deepcopy(pod))
+                on_pod("ADDED", clone(pod))
             self._watchers.append((on_node, on_pod))
 
     def close(self) -> None:

@@ -117,6 +117,8 @@ class Engine:
         # pod key → (node, CPU milli, memory MiB) it requests there; node → keys booked on it
         self._host: dict[str, tuple[str, int, int]] = {}
         self._host_by_node: dict[str, set[str]] = {}
+        # pod key → resourceVersion of the pod object last applied by upsert_pod (the same version again is a no-op)
+        self._versions: dict[str, str] = {}
         fgd = self.config.scheduler.fgd
         #: The request mix seen so far (or given in config), for fragmentation-aware policies.
         self.workload = WorkloadModel(fgd.window, tolerance=fgd.tolerance, coverage=fgd.coverage,
@@ -291,8 +293,21 @@ class Engine:
         policies. Succeeded/Failed pods release what they hold; terminating pods keep it until
         :meth:`remove_pod`. An allocation annotation that cannot be decoded quarantines the node (no new pods)
         instead of being ignored.
+
+        A pod whose ``metadata.resourceVersion`` equals the one last applied is skipped: the API server gives a
+        changed object a new version, and the same version arrives again and again (watch replays, relists, and
+        every bind's fresh read of the pods on its node).
         """
         key = pod_key(pod)
+        meta = pod.get("metadata")
+        version = meta.get("resourceVersion") if isinstance(meta, Mapping) else None
+        if version and self._versions.get(key) == version:
+            return
+        self._apply_pod(key, pod)
+        if version and not is_terminal(pod):
+            self._versions[key] = str(version)
+
+    def _apply_pod(self, key: str, pod: Mapping[str, Any]) -> None:
         if is_terminal(pod):
             self.remove_pod(pod)
             return
@@ -323,6 +338,7 @@ class Engine:
     def remove_pod(self, pod: Mapping[str, Any]) -> None:
         """Release everything the pod holds (deleted or finished)."""
         key = pod_key(pod)
+        self._versions.pop(key, None)
         self._release_quarantine(key)
         self._unbook_host(key)
         self.ledger.unbook(key, self.nodes)
@@ -604,10 +620,12 @@ class Engine:
         requests = decision.requests
         init_count = requests.init_count if requests is not None else 0
         booked = collapse(decision.devices, init_count)
+        self._versions.pop(pod_key(pod), None)  # the ledger no longer follows the pod's stored version
         self.ledger.book(Booking(pod_key(pod), pod_ref(pod), decision.node, booked), self.nodes)
         self._book_host(pod_key(pod), decision.node, pod)
 
     def unreserve(self, pod: Mapping[str, Any]) -> None:
         """Drop a reservation (idempotent)."""
+        self._versions.pop(pod_key(pod), None)
         self._unbook_host(pod_key(pod))
         self.ledger.unbook(pod_key(pod), self.nodes)

@@ -10,6 +10,7 @@ from typing import Any
 
 from hami_core.cluster.base import Cluster
 from hami_core.engine.facade import Engine
+from hami_core.scheduler.aioserver import AsyncSchedulerServer
 from hami_core.scheduler.extender import Extender
 from hami_core.scheduler.metrics import serve_metrics
 from hami_core.scheduler.nodelock import DEFAULT_RETRY_TIMEOUT_S, DEFAULT_TIMEOUT_S
@@ -18,7 +19,7 @@ from hami_core.scheduler.sync import DEFAULT_INTERVAL_S, Sync
 from hami_core.scheduler.webhook import Webhook
 from hami_core.wire import keys
 
-__all__ = ["Options", "Scheduler"]
+__all__ = ["HTTP_SERVERS", "Options", "Scheduler", "make_server"]
 
 log = logging.getLogger("hami.scheduler")
 
@@ -38,6 +39,22 @@ class Options:
     lock_retry_timeout_s: float = DEFAULT_RETRY_TIMEOUT_S
     resync_s: float = DEFAULT_INTERVAL_S
     sync_wait_s: float = 30.0
+    #: ``asyncio`` (httptools, the default) or ``threaded`` (``http.server``, one thread per connection).
+    http_server: str = "asyncio"
+
+
+#: ``--http-server`` choices.
+HTTP_SERVERS = ("asyncio", "threaded")
+
+
+def make_server(kind: str, extender: Extender, webhook: Webhook, host: str, port: int,
+                **kwargs: Any) -> SchedulerServer | AsyncSchedulerServer:
+    """The HTTP server of ``kind`` (one of :data:`HTTP_SERVERS`); both answer alike (:mod:`.routes`)."""
+    if kind == "asyncio":
+        return AsyncSchedulerServer(extender, webhook, host, port, **kwargs)
+    if kind == "threaded":
+        return SchedulerServer(extender, webhook, host, port, **kwargs)
+    raise ValueError(f"unknown HTTP server {kind!r}: choose one of {', '.join(HTTP_SERVERS)}")
 
 
 class Scheduler:
@@ -56,9 +73,9 @@ class Scheduler:
                                  lock_retry_timeout=self.options.lock_retry_timeout_s, engine_lock=self.lock,
                                  ready=self.sync.wait_synced, sync_wait_s=self.options.sync_wait_s)
         self.webhook = Webhook(engine, engine_lock=self.lock)
-        self.server = SchedulerServer(self.extender, self.webhook, self.options.host, self.options.port,
-                                      cert_file=self.options.cert_file, key_file=self.options.key_file,
-                                      ready=lambda: self.sync.synced)
+        self.server = make_server(self.options.http_server, self.extender, self.webhook, self.options.host,
+                                  self.options.port, cert_file=self.options.cert_file, key_file=self.options.key_file,
+                                  ready=lambda: self.sync.synced)
         self.metrics: tuple[Any, threading.Thread] | None = None
 
     @property

@@ -30,6 +30,7 @@ from hami_core.engine.facade import Engine
 from hami_core.engine.pods import annotations, metadata, pod_key, pod_ref
 from hami_core.plugins.errors import HamiError, TemporaryError
 from hami_core.plugins.types import LockSpec
+from hami_core.scheduler.bound import BoundLedgers
 from hami_core.scheduler.nodelock import DEFAULT_RETRY_TIMEOUT_S, DEFAULT_TIMEOUT_S, LockContention, NodeLocker, retry
 from hami_core.wire import keys
 from hami_core.wire.reasons import parse_reasons
@@ -101,6 +102,7 @@ class Extender:
         self.sync_wait_s = sync_wait_s
         self.clock = clock if clock is not None else engine.clock
         self._names_seen: list[str] | None = None  # the last NodeNames list that passed the check
+        self.bound = BoundLedgers(engine)
         self.locker = NodeLocker(cluster, timeout_s=lock_timeout, retry_timeout_s=lock_retry_timeout,
                                  clock=self.clock, sleep=sleep)
 
@@ -337,20 +339,25 @@ class Extender:
         key = pod_key(pod)
         others = [p for p in self.cluster.pods_on_node(node)
                   if pod_key(p) != key and annotations(p).get(keys.VGPU_NODE) == node]
-        scratch = Engine(self.engine.config, plugins=self.engine.plugins, clock=self.engine.clock)
-        scratch.upsert_node(node_obj)
-        for other in others:
-            scratch.upsert_pod(other)
-        state = scratch.nodes.get(node)
         with self.lock:  # let this replica's ledger catch up with what is bound there
             for other in others:
                 self.engine.upsert_pod(other)
-        if state is None:
-            return
-        if state.quarantine:
-            raise Overcommit(f"node {node} is quarantined: {'; '.join(sorted(state.quarantine.values()))}")
-        before = {d.id: (d.used, d.usedmem, d.usedcores) for d in state.by_uuid.values()}
-        scratch.upsert_pod(pod)
+        with self.bound.bound(node, node_obj, others) as scratch:
+            state = scratch.nodes.get(node)
+            if state is None:
+                return
+            if state.quarantine:
+                raise Overcommit(f"node {node} is quarantined: {'; '.join(sorted(state.quarantine.values()))}")
+            before = {d.id: (d.used, d.usedmem, d.usedcores) for d in state.by_uuid.values()}
+            scratch.upsert_pod(pod)
+            try:
+                self._check_growth(pod, node, state, before, len(others))
+            finally:
+                scratch.remove_pod(pod)  # the mirror holds bound pods only
+
+    @staticmethod
+    def _check_growth(pod: Mapping[str, Any], node: str, state: Any, before: Mapping[str, tuple[int, int, int]],
+                      others: int) -> None:
         if state.quarantine:
             raise Overcommit(f"pod {pod_ref(pod)}: {'; '.join(sorted(state.quarantine.values()))}")
         for d in state.by_uuid.values():
@@ -360,7 +367,7 @@ class Extender:
                                           ("cores", d.usedcores, cores, d.totalcore)):
                 if now > was and now > total:
                     raise Overcommit(f"pod {pod_ref(pod)} cannot bind to node {node}: device {d.id} would be over "
-                                     f"its {what} ({now} > {total}) with the {len(others)} pod(s) already bound "
+                                     f"its {what} ({now} > {total}) with the {others} pod(s) already bound "
                                      "there; it must be filtered again")
 
     def _lock_specs(self, pod: Mapping[str, Any]) -> list[LockSpec]:

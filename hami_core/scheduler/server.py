@@ -1,8 +1,7 @@
-"""The scheduler's HTTP(S) server (spec §5.1): ``/filter``, ``/bind``, ``/webhook``, ``/healthz``, ``/readyz``.
+"""The scheduler's threaded HTTP(S) server (``--http-server threaded``): one thread per connection over
+``http.server``. What each endpoint answers, and the limits on bodies, live in :mod:`.routes`, shared with the
+default asyncio server (:mod:`.aioserver`).
 
-Bodies are limited to 1 MiB (413 beyond) and 64 levels of nesting; chunked bodies get 411. A missing,
-undecodable or lying body is answered 400 with a one-line text message;
-an unexpected handler exception 500 with a one-line message (the traceback goes to the log only).
 With a certificate and key the server speaks TLS 1.2 or 1.3 only; the handshake runs in the connection's
 thread. A client silent for ``client_timeout_s`` (60 s) loses its connection, so slow clients cannot pin threads.
 """
@@ -10,7 +9,6 @@ thread. A client silent for ``client_timeout_s`` (60 s) loses its connection, so
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import socket
 import ssl
@@ -19,39 +17,13 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from hami_core.scheduler.extender import BadRequest, Extender
+from hami_core.scheduler.extender import Extender
+from hami_core.scheduler.routes import CLIENT_TIMEOUT_S, MAX_BODY, MAX_DEPTH, Reply, Routes, tls_context, too_deep
 from hami_core.scheduler.webhook import Webhook
 
 __all__ = ["CLIENT_TIMEOUT_S", "MAX_BODY", "MAX_DEPTH", "SchedulerServer", "parse_bind", "too_deep"]
 
 log = logging.getLogger("hami.scheduler.server")
-
-MAX_BODY = 1 << 20
-#: How long a connection may stay silent (request line, headers, body) before it is dropped.
-CLIENT_TIMEOUT_S = 60.0
-_DIGITS = frozenset("0123456789")
-
-
-class _NoBody:
-    """Marks "already answered with an error" (a JSON body may itself be ``null``)."""
-
-
-NO_BODY = _NoBody()
-#: Kubernetes objects are a dozen levels deep; a body nested deeper is refused before any handler recurses into it.
-MAX_DEPTH = 64
-
-
-def too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
-    """Whether ``value`` (decoded JSON) nests lists/objects more than ``limit`` levels (iterative: no recursion)."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict | list):
-            if depth > limit:
-                return True
-            children = item.values() if isinstance(item, dict) else item
-            stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
-    return False
 
 
 def parse_bind(text: str, default_port: int) -> tuple[str, int]:
@@ -105,18 +77,13 @@ class SchedulerServer:
         self.extender = extender
         self.webhook = webhook
         self.ready = ready or (lambda: True)
+        self.routes = Routes(extender, webhook, self.ready)
         self.client_timeout_s = client_timeout_s
         self.httpd = _Server((host, port), self._handler_class())
         self.httpd.client_timeout_s = client_timeout_s
-        if cert_file or key_file:
-            if not (cert_file and key_file):
-                raise ValueError("TLS needs both a certificate and a key file")
-            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-            # TLS 1.2 and 1.3 only, whatever the system OpenSSL would still allow (kube-apiserver speaks both).
-            ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-            ctx.load_cert_chain(cert_file, key_file)
-            self.httpd.ssl_context = ctx
-        self.tls = self.httpd.ssl_context is not None
+        self.httpd.ssl_context = tls_context(cert_file, key_file)
+        self.ssl_context = self.httpd.ssl_context
+        self.tls = self.ssl_context is not None
         self._thread: threading.Thread | None = None
 
     @property
@@ -148,6 +115,7 @@ class SchedulerServer:
     # ------------------------------------------------------------------------------------ routing
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
         server = self
+        routes = self.routes
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
@@ -161,86 +129,34 @@ class SchedulerServer:
                 log.debug("%s %s", self.address_string(), format % args)
 
             def do_GET(self) -> None:
-                path = self.path.split("?", 1)[0]
-                if path == "/healthz":
-                    self._send(200, b"", "text/plain")
-                elif path == "/readyz":
-                    self._send(200, b"ok" if server.ready() else b"not leader or not synced", "text/plain")
-                else:
-                    self._text(404, f"no route for GET {path}")
+                self._reply(routes.get(self.path.split("?", 1)[0]))
 
             def do_POST(self) -> None:
                 path = self.path.split("?", 1)[0]
-                routes: dict[str, Callable[[Any], dict[str, Any]]] = {
-                    "/filter": server.extender.filter, "/bind": server.extender.bind,
-                    "/webhook": server.webhook.review}
-                route = routes.get(path)
-                if route is None:
-                    self._text(404, f"no route for POST {path}")
+                refused = routes.unrouted(path)
+                if refused is None:
+                    chunked = self.headers.get("Transfer-Encoding", "").lower() == "chunked"
+                    size = routes.body_size(self.headers.get_all("Content-Length") or [], chunked)
+                    if isinstance(size, Reply):
+                        refused = size
+                if refused is not None:
+                    self._reply(refused)
                     return
-                body = self._body()
-                if body is NO_BODY:
-                    return
-                try:
-                    result = route(body)
-                except BadRequest as exc:
-                    self._text(400, str(exc))
-                    return
-                except Exception as exc:
-                    log.exception("%s failed", path)
-                    self._text(500, f"internal error in {path}: {' '.join(str(exc).split()) or type(exc).__name__}")
-                    return
-                self._send(200, json.dumps(result).encode(), "application/json")
-
-            def _body(self) -> Any:
-                length = self.headers.get("Content-Length")
-                if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-                    self._text(411, "chunked bodies are not supported; send Content-Length")
-                    return NO_BODY
-                lengths = self.headers.get_all("Content-Length") or []
-                if len(set(lengths)) > 1:
-                    self._text(400, "conflicting Content-Length headers")
-                    return NO_BODY
-                # Digits only: int() would also take " 12", "+12" and "1_2", which no HTTP peer sends.
-                if length is not None and (not length or not set(length) <= _DIGITS):
-                    self._text(400, f"invalid Content-Length {length[:40]!r}")
-                    return NO_BODY
-                size = int(length) if length is not None else 0
-                if size <= 0:
-                    self._text(400, "Please send a request body")
-                    return NO_BODY
-                if size > MAX_BODY:
-                    self._text(413, f"request body of {size} bytes exceeds the {MAX_BODY}-byte limit")
-                    return NO_BODY
+                assert isinstance(size, int)
                 raw = self.rfile.read(size)
                 if len(raw) < size:  # the client closed the connection early: nobody to answer
                     self.close_connection = True
-                    return NO_BODY
-                try:
-                    body = json.loads(raw)
-                except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-                    self._text(400, f"request body is not valid JSON: {exc}")
-                    return NO_BODY
-                except RecursionError:
-                    body = NO_BODY
-                # Counting brackets (C speed) rules out deep nesting for typical bodies without walking them.
-                if body is NO_BODY or (raw.count(b"{") + raw.count(b"[") > MAX_DEPTH and too_deep(body)):
-                    self._text(400, f"request body is nested more than {MAX_DEPTH} levels deep")
-                    return NO_BODY
-                return body
+                    return
+                self._reply(routes.post(path, raw))
 
-            def _text(self, code: int, message: str) -> None:
-                # One line whatever the message quotes from the request (clients log the first line only).
-                self._send(code, (" ".join(message.split()) + "\n").encode(), "text/plain; charset=utf-8")
-
-            def _send(self, code: int, payload: bytes, content_type: str) -> None:
-                self.send_response(code)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(payload)))
-                if code >= 400:
+            def _reply(self, reply: Reply) -> None:
+                self.send_response(reply.status)
+                self.send_header("Content-Type", reply.content_type)
+                self.send_header("Content-Length", str(len(reply.body)))
+                if reply.close:
                     self.send_header("Connection", "close")
                     self.close_connection = True
                 self.end_headers()
-                self.wfile.write(payload)
+                self.wfile.write(reply.body)
 
         return Handler

@@ -94,8 +94,8 @@ def test_tls_10_and_11_are_refused(make_server: Callable[..., SchedulerServer], 
     server = make_server(tls=True)
     with pytest.raises((ssl.SSLError, ConnectionError)):
         _handshake(server.address[1], ctx)
-    assert server.httpd.ssl_context is not None
-    assert server.httpd.ssl_context.minimum_version == ssl.TLSVersion.TLSv1_2
+    assert server.ssl_context is not None
+    assert server.ssl_context.minimum_version == ssl.TLSVersion.TLSv1_2
     # the refused client did not hurt the server
     assert _post_review(server, _client(ssl.TLSVersion.TLSv1_3, cafile=certs[0])) == 200
 
@@ -116,6 +116,6 @@ def test_plain_http_to_the_tls_port_fails_cleanly(make_server: Callable[..., Sch
 
 def test_without_certificates_the_server_is_plain_http(make_server: Callable[..., SchedulerServer]) -> None:
     server = make_server(tls=False)
-    assert server.url.startswith("http://") and server.httpd.ssl_context is None
+    assert server.url.startswith("http://") and server.ssl_context is None
     with pytest.raises(ValueError, match="both a certificate and a key"):
-        SchedulerServer(server.extender, server.webhook, "127.0.0.1", 0, cert_file="/nonexistent/tls.crt")
+        type(server)(server.extender, server.webhook, "127.0.0.1", 0, cert_file="/nonexistent/tls.crt")
