@@ -63,3 +63,41 @@ def test_from_file(tmp_path: Path) -> None:
     assert cluster.get_pod("default", "p1")["metadata"]["uid"]
     with pytest.raises(HamiError, match="cannot read cluster file"):
         MemoryCluster.from_file(tmp_path / "absent.yaml")
+
+
+def test_pods_on_node_follows_binds_patches_replacements_and_deletes() -> None:
+    """The node index (the API server's ``spec.nodeName`` field selector) stays right through every write."""
+    cluster = MemoryCluster(pods=[_pod("a"), _pod("b"), {**_pod("c"), "spec": {"nodeName": "n1"}}])
+
+    def on(node: str) -> list[str]:
+        return [p["metadata"]["name"] for p in cluster.pods_on_node(node)]
+
+    assert on("n1") == ["c"] and on("n2") == []
+    cluster.bind("ns", "a", "", "n1")
+    cluster.patch_pod("ns", "b", {"spec": {"nodeName": "n2"}})
+    assert on("n1") == ["a", "c"] and on("n2") == ["b"]
+    cluster.patch_pod("ns", "c", {"spec": {"nodeName": "n2"}})  # moved by a patch
+    cluster.patch_pod("ns", "a", {"spec": {"nodeName": None}})  # unset
+    assert on("n1") == [] and on("n2") == ["b", "c"]
+    cluster.add_pod({**_pod("b"), "spec": {"nodeName": "n3"}})  # replaced by a new object elsewhere
+    cluster.delete_pod("ns", "c")
+    assert on("n2") == [] and on("n3") == ["b"]
+    assert on("n3") == [p["metadata"]["name"] for p in cluster.list_pods()
+                        if (p.get("spec") or {}).get("nodeName") == "n3"]
+
+
+class _Tagged(dict):  # not something marshal can copy
+    pass
+
+
+def test_objects_are_copied_in_and_out_even_when_marshal_cannot() -> None:
+    pod = {**_pod("a"), "extra": _Tagged(k=[1, {"x": 2}])}
+    cluster = MemoryCluster(pods=[pod])
+    pod["extra"]["k"].append(3)  # the caller's object is not the stored one
+    out = cluster.get_pod("ns", "a")
+    assert out["extra"] == {"k": [1, {"x": 2}]}
+    out["extra"]["k"][1]["x"] = 99  # nor is what a read returns
+    plain = cluster.get_pod("ns", "a")
+    assert plain["extra"]["k"][1] == {"x": 2} and plain["spec"] == {"containers": [{"name": "c"}]}
+    plain["spec"]["containers"][0]["name"] = "changed"
+    assert cluster.get_pod("ns", "a")["spec"]["containers"][0]["name"] == "c"

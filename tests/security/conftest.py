@@ -15,9 +15,10 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "scheduler"))
 from sched_helpers import make_engine, nvidia_node
 
 from hami_core.cluster.memory import MemoryCluster
+from hami_core.scheduler.app import HTTP_SERVERS
+from hami_core.scheduler.app import make_server as make_http_server
 from hami_core.scheduler.certs import write_self_signed
 from hami_core.scheduler.extender import Extender
-from hami_core.scheduler.app import HTTP_SERVERS, make_server as make_http_server
 from hami_core.scheduler.server import SchedulerServer
 from hami_core.scheduler.webhook import Webhook
 

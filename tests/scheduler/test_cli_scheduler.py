@@ -1,0 +1,55 @@
+"""``hami scheduler --cluster-file`` as an operator runs it (a subprocess), with each ``--http-server``: it serves
+/healthz and /filter on the given port, logs where it listens, and exits 0 on SIGTERM."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from sched_helpers import get, gpu_pod, nvidia_node, post
+
+from hami_core.cli import main
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize("server", ["asyncio", "threaded"])
+def test_scheduler_serves_with_either_http_server(tmp_path: Path, server: str) -> None:
+    cluster_file = tmp_path / "cluster.yaml"
+    cluster_file.write_text(yaml.safe_dump_all([nvidia_node("node-a"), gpu_pod("p")]))
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "hami_core.cli", "scheduler", "--cluster-file", str(cluster_file),
+                             "--http-bind", f"127.0.0.1:{port}", "--metrics-bind", "", "--http-server", server],
+                            stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                assert get(url + "/healthz")[0] == 200
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline
+                time.sleep(0.1)
+        status, _, result = post(url + "/filter", {"Pod": gpu_pod("p"), "NodeNames": ["node-a"]})
+        assert status == 200 and result["NodeNames"] == ["node-a"]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert f"serving {url}/filter" in err
+
+
+def test_unknown_http_server_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["scheduler", "--http-server", "twisted"]) == 2
+    assert "invalid choice: 'twisted'" in capsys.readouterr().err

@@ -1,0 +1,187 @@
+"""Connection handling of both scheduler HTTP servers (``asyncio``, the default, and ``threaded``) over raw
+sockets: pipelined requests, HTTP/1.0, ``Expect: 100-continue``, unsupported methods, a slow bind not holding
+up other clients, a busy port, and shutdown. The body limits and TLS are in tests/security."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from sched_helpers import get, gpu_pod, make_engine, nvidia_node, post
+
+from hami_core.cluster.memory import MemoryCluster
+from hami_core.scheduler.aioserver import AsyncSchedulerServer
+from hami_core.scheduler.app import HTTP_SERVERS, make_server
+from hami_core.scheduler.extender import Extender
+from hami_core.scheduler.webhook import Webhook
+
+WAIT_S = 30.0
+REVIEW = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                     "request": {"uid": "u1", "object": {"metadata": {"name": "p"}}}}).encode()
+
+
+class SlowBindCluster(MemoryCluster):
+    """A MemoryCluster whose Binding waits until the test lets it go (an API server that is slow to answer)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.entered = threading.Event()
+        self.go = threading.Event()
+
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        self.entered.set()
+        assert self.go.wait(WAIT_S)
+        super().bind(namespace, name, uid, node)
+
+
+@pytest.fixture(params=HTTP_SERVERS)
+def serve(request: pytest.FixtureRequest) -> Iterator[Callable[..., Any]]:
+    started: list[Any] = []
+
+    def start(cluster: MemoryCluster | None = None) -> Any:
+        engine = make_engine()
+        cluster = cluster if cluster is not None else MemoryCluster(nodes=[nvidia_node("node-a")])
+        for node in cluster.list_nodes():
+            engine.upsert_node(node)
+        server = make_server(request.param, Extender(engine, cluster), Webhook(engine), "127.0.0.1", 0)
+        server.start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.shutdown()
+
+
+def _read_replies(sock: socket.socket, count: int) -> list[tuple[int, dict[str, str], bytes]]:
+    """Parse ``count`` HTTP/1.1 replies (Content-Length framed) from ``sock``."""
+    buf, replies = b"", []
+    while len(replies) < count:
+        while b"\r\n\r\n" not in buf:
+            chunk = sock.recv(65536)
+            assert chunk, f"connection closed after {len(replies)} replies"
+            buf += chunk
+        head, _, buf = buf.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+        size = int(headers["content-length"])
+        while len(buf) < size:
+            buf += sock.recv(65536)
+        replies.append((int(lines[0].split()[1]), headers, buf[:size]))
+        buf = buf[size:]
+    return replies
+
+
+def test_pipelined_requests_are_answered_in_order(serve: Callable[..., Any]) -> None:
+    server = serve()
+    requests = (b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+                + b"POST /webhook HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(REVIEW), REVIEW)
+                + b"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n")
+    with socket.create_connection(server.address, timeout=WAIT_S) as sock:
+        sock.sendall(requests)
+        (s1, _, b1), (s2, h2, b2), (s3, _, b3) = _read_replies(sock, 3)
+    assert (s1, b1) == (200, b"")
+    assert s2 == 200 and h2["content-type"] == "application/json" and json.loads(b2)["response"]["uid"] == "u1"
+    assert (s3, b3) == (200, b"ok")
+
+
+def test_http10_client_gets_its_answer_and_the_connection_closes(serve: Callable[..., Any]) -> None:
+    server = serve()
+    with socket.create_connection(server.address, timeout=WAIT_S) as sock:
+        sock.sendall(b"GET /readyz HTTP/1.0\r\n\r\n")
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    assert data.split(b" ", 2)[1] == b"200" and data.endswith(b"\r\n\r\nok")
+
+
+def test_expect_100_continue_is_honoured(serve: Callable[..., Any]) -> None:
+    server = serve()
+    with socket.create_connection(server.address, timeout=WAIT_S) as sock:
+        sock.sendall(b"POST /webhook HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: %d\r\n\r\n"
+                     % len(REVIEW))
+        interim = b""
+        while b"\r\n\r\n" not in interim:
+            interim += sock.recv(1024)
+        assert interim.startswith(b"HTTP/1.1 100")  # the client may now send the body
+        sock.sendall(REVIEW)
+        [(status, _, body)] = _read_replies(sock, 1)
+    assert status == 200 and json.loads(body)["response"]["uid"] == "u1"
+
+
+@pytest.mark.parametrize("method", ["PUT", "DELETE", "PATCH"])
+def test_unsupported_methods_get_501(serve: Callable[..., Any], method: str) -> None:
+    server = serve()
+    with socket.create_connection(server.address, timeout=WAIT_S) as sock:
+        sock.sendall(f"{method} /filter HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n".encode())
+        [(status, _, _)] = _read_replies(sock, 1)
+    assert status == 501
+    assert get(server.url + "/healthz")[0] == 200
+
+
+def test_a_slow_bind_does_not_hold_up_other_clients(serve: Callable[..., Any]) -> None:
+    cluster = SlowBindCluster(nodes=[nvidia_node("node-a")], pods=[gpu_pod("slow"), gpu_pod("quick")])
+    server = serve(cluster)
+    status, _, result = post(server.url + "/filter", {"Pod": cluster.get_pod("default", "slow"),
+                                                      "NodeNames": ["node-a"]})
+    assert status == 200 and result["NodeNames"] == ["node-a"]
+    outcome: dict[str, Any] = {}
+    binder = threading.Thread(target=lambda: outcome.update(bind=post(server.url + "/bind", {
+        "PodName": "slow", "PodNamespace": "default", "PodUID": "uid-default-slow", "Node": "node-a"})))
+    binder.start()
+    try:
+        assert cluster.entered.wait(WAIT_S)
+        t0 = time.monotonic()
+        assert get(server.url + "/healthz")[0] == 200  # answered while the bind waits on the API server
+        status, _, result = post(server.url + "/filter", {"Pod": cluster.get_pod("default", "quick"),
+                                                          "NodeNames": ["node-a"]})
+        assert status == 200 and result["NodeNames"] == ["node-a"] and not cluster.go.is_set()
+        assert time.monotonic() - t0 < WAIT_S
+    finally:
+        cluster.go.set()
+        binder.join(WAIT_S)
+    assert outcome["bind"][0] == 200 and not outcome["bind"][2]["Error"]
+    assert cluster.get_pod("default", "slow")["spec"]["nodeName"] == "node-a"
+
+
+def test_a_busy_port_fails_in_the_constructor(serve: Callable[..., Any]) -> None:
+    server = serve()
+    with pytest.raises(OSError):
+        make_server("threaded" if isinstance(server, AsyncSchedulerServer) else "asyncio", server.extender,
+                    server.webhook, "127.0.0.1", server.address[1])
+    assert get(server.url + "/healthz")[0] == 200
+
+
+def test_shutdown_stops_serving_and_is_idempotent(serve: Callable[..., Any]) -> None:
+    server = serve()
+    address = server.address
+    with socket.create_connection(address, timeout=WAIT_S) as idle:  # an idle keep-alive client
+        server.shutdown()
+        server.shutdown()
+        with contextlib.suppress(ConnectionResetError):  # reset if it was still in the accept queue
+            assert idle.recv(1) == b""  # else closed
+    with pytest.raises(OSError):
+        socket.create_connection(address, timeout=2).close()
+
+
+def test_serve_forever_returns_when_shut_down_from_another_thread() -> None:
+    engine = make_engine()
+    server = AsyncSchedulerServer(Extender(engine, MemoryCluster()), Webhook(engine), "127.0.0.1", 0)
+    runner = threading.Thread(target=server.serve_forever)
+    runner.start()
+    assert get(server.url + "/healthz")[0] == 200
+    server.shutdown()
+    runner.join(WAIT_S)
+    assert not runner.is_alive()
+
+
+def test_unknown_server_kind_is_refused() -> None:
+    engine = make_engine()
+    with pytest.raises(ValueError, match="unknown HTTP server 'twisted': choose one of asyncio, threaded"):
+        make_server("twisted", Extender(engine, MemoryCluster()), Webhook(engine), "127.0.0.1", 0)
