@@ -266,9 +266,10 @@ class Extender:
         try:
             with self.lock:
                 specs = self._lock_specs(pod)
+            seen: Mapping[str, Any] | None = node_obj
             for spec in specs:
                 try:
-                    self.locker.acquire(node, pod, spec)
+                    seen = self.locker.acquire(node, pod, spec, seen)
                 except Exception:
                     for done in reversed(held):
                         self._release_quietly(node, pod, done)

@@ -93,17 +93,23 @@ class NodeLocker:
         self._guard = threading.Lock()
 
     # ------------------------------------------------------------------------------------ public
-    def acquire(self, node: str, pod: Mapping[str, Any], spec: LockSpec) -> None:
-        """Take ``spec``'s lock on ``node`` for ``pod``; raises :class:`LockContention` or another error."""
+    def acquire(self, node: str, pod: Mapping[str, Any], spec: LockSpec,
+                seen: Mapping[str, Any] | None = None) -> Mapping[str, Any] | None:
+        """Take ``spec``'s lock on ``node`` for ``pod``; raises :class:`LockContention` or another error.
+
+        ``seen`` is the Node as the caller just read it: the first attempt decides from it instead of reading
+        the node again (the lock write is a compare-and-swap on its resourceVersion, so a stale ``seen`` costs a
+        conflict and a fresh read, never a wrong lock). Returns the Node as last read or written (for the next
+        lock on the same node), or None when that is unknown.
+        """
         if not is_pod_group_member(pod) or self.retry_timeout_s <= 0:
-            self._acquire_once(node, pod, spec)
-            return
+            return self._acquire_once(node, pod, spec, seen)
         deadline = self.clock() + self.retry_timeout_s
         while True:
             try:
-                self._acquire_once(node, pod, spec)
-                return
+                return self._acquire_once(node, pod, spec, seen)
             except LockContention:
+                seen = None
                 if self.clock() >= deadline:
                     raise LockContention(f"timed out after {go_duration(self.retry_timeout_s)} waiting for node "
                                          f"{node} to be unlocked: node lock contention") from None
@@ -131,13 +137,13 @@ class NodeLocker:
         return LockContention(f"node {node} has been locked within {go_duration(self._timeout(spec))}: "
                               "node lock contention")
 
-    def _acquire_once(self, node: str, pod: Mapping[str, Any], spec: LockSpec) -> None:
+    def _acquire_once(self, node: str, pod: Mapping[str, Any], spec: LockSpec,
+                      seen: Mapping[str, Any] | None = None) -> Mapping[str, Any] | None:
         namespace, name = _owner(pod)
-        obj = self.cluster.get_node(node)
+        obj = seen if seen is not None else self.cluster.get_node(node)
         value = annotations(obj).get(spec.annotation)
         if not value:
-            self._set(node, pod, spec)
-            return
+            return self._set(node, pod, spec, obj)
         try:
             lock = decode_node_lock(value, key=spec.annotation)
         except WireFormatError as exc:
@@ -145,15 +151,13 @@ class NodeLocker:
         if self.clock() - lock.time.timestamp() > self._timeout(spec):
             log.info("node %s: lock %r expired; breaking it", node, value)
             self._break(node, spec, value)
-            self._set(node, pod, spec)
-            return
+            return self._set(node, pod, spec)
         if spec.owned and lock.owned_by(namespace, name):
-            return
+            return obj
         if not lock.legacy and self._owner_gone(lock.namespace or "", lock.name or ""):
             log.info("node %s: lock %r belongs to a pod that is gone or finished; breaking it", node, value)
             self._break(node, spec, value)
-            self._set(node, pod, spec)
-            return
+            return self._set(node, pod, spec)
         raise self._contention(node, spec)
 
     def _owner_gone(self, namespace: str, name: str) -> bool:
@@ -163,28 +167,33 @@ class NodeLocker:
             return True
         return (owner.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
-    def _set(self, node: str, pod: Mapping[str, Any], spec: LockSpec) -> None:
+    def _set(self, node: str, pod: Mapping[str, Any], spec: LockSpec,
+             seen: Mapping[str, Any] | None = None) -> Mapping[str, Any] | None:
+        """Write the lock with a compare-and-swap; the first attempt trusts ``seen`` (read just before), a retry
+        after a conflict or an error reads the node again. Returns the Node as written (or found ours)."""
         namespace, name = _owner(pod)
-        with self._mutex(node):
-            if annotations(self.cluster.get_node(node)).get(spec.annotation):
+        now = datetime.fromtimestamp(self.clock(), tz=UTC).astimezone()
+        wanted = encode_node_lock(now, namespace, name) if spec.owned else encode_lock_time(now)
+        first: list[Mapping[str, Any] | None] = [seen]
+
+        def step() -> Mapping[str, Any] | None:
+            obj = first.pop() if first and first[0] is not None else self.cluster.get_node(node)
+            first.clear()
+            current = annotations(obj).get(spec.annotation)
+            if current:
+                mine = current.endswith(f",{namespace},{name}") if spec.owned else current == wanted
+                if mine:
+                    return obj
                 raise self._contention(node, spec)
-            now = datetime.fromtimestamp(self.clock(), tz=UTC).astimezone()
-            wanted = encode_node_lock(now, namespace, name) if spec.owned else encode_lock_time(now)
+            return self.cluster.patch_node(node, {"metadata": {
+                "annotations": {spec.annotation: wanted},
+                "resourceVersion": metadata(obj).get("resourceVersion")}})
 
-            def step() -> None:
-                obj = self.cluster.get_node(node)
-                current = annotations(obj).get(spec.annotation)
-                if current:
-                    mine = current.endswith(f",{namespace},{name}") if spec.owned else current == wanted
-                    if mine:
-                        return
-                    raise self._contention(node, spec)
-                self.cluster.patch_node(node, {"metadata": {
-                    "annotations": {spec.annotation: wanted},
-                    "resourceVersion": metadata(obj).get("resourceVersion")}})
-
-            self._retry(f"lock node {node}", step)
-            log.debug("node %s: %s=%s", node, spec.annotation, wanted)
+        with self._mutex(node):
+            written = retry(f"lock node {node}", step, attempts=self.attempts, backoff_s=self.backoff_s,
+                            sleep=self.sleep)
+        log.debug("node %s: %s=%s", node, spec.annotation, wanted)
+        return written
 
     def _break(self, node: str, spec: LockSpec, seen: str) -> None:
         """Remove the lock only while it still is ``seen`` (the value judged expired or dangling)."""

@@ -208,6 +208,7 @@ def test_extender_points_at_the_hami_container_behind_the_service() -> None:
     assert ports["https"] == int(url.group(2))
     assert args.metrics_bind.rsplit(":", 1)[1] == str(ports["metrics"]) == "9395"
     assert args.scheduler_name == "hami-scheduler" and args.device_config == "/device-config.yaml"
+    assert args.kube_qps >= 50 and args.kube_burst >= 2 * args.kube_qps  # not HAMi's 5/10: see the manifest
     kube = _containers("Deployment", "hami-scheduler")["kube-scheduler"]
     assert "--config=/config/config.yaml" in kube["command"]
     svc = _get("Service", "hami-scheduler")

@@ -170,3 +170,53 @@ def test_webhook_over_tls_sets_scheduler_name_and_exclusive_cores(tmp_path: Any)
         assert status["message"].endswith("pod has no containers")
     finally:
         server.shutdown()
+
+
+class RacedNode(MemoryCluster):
+    """Counts reads; after the ``race_after``-th read of node ``n`` another replica takes the node lock (the read
+    the caller holds is then stale)."""
+
+    def __init__(self, *args: Any, race_after: int | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.reads = 0
+        self.race_after = race_after
+
+    def get_node(self, name: str) -> dict[str, Any]:
+        out = super().get_node(name)
+        self.reads += 1
+        if self.reads == self.race_after:
+            now = datetime.fromtimestamp(T0, tz=UTC)
+            super().patch_node(name, {"metadata": {"annotations": {keys.NODE_LOCK: encode_node_lock(
+                now, "default", "other")}}})
+        return out
+
+
+def _filtered(cluster: MemoryCluster, ext: Extender, name: str) -> dict[str, Any]:
+    pod = cluster.add_pod(gpu_pod(name))
+    assert ext.filter({"Pod": pod, "NodeNames": ["n"]})["NodeNames"] == ["n"]
+    return pod
+
+
+def test_bind_reads_the_node_once_and_locks_from_that_read() -> None:
+    cluster = RacedNode(nodes=[nvidia_node("n")], pods=[gpu_pod("other")])
+    engine = make_engine(clock=lambda: T0)
+    engine.upsert_node(cluster.get_node("n"))
+    ext = Extender(engine, cluster, clock=lambda: T0)
+    _filtered(cluster, ext, "p")
+    cluster.reads = 0
+    assert ext.bind({"PodName": "p", "PodNamespace": "default", "Node": "n"}) == {"Error": ""}
+    assert cluster.reads == 1  # one GET of the Node; the lock is a compare-and-swap on that read
+    assert decode_node_lock(_lock(cluster) or "").owned_by("default", "p")
+
+
+def test_a_lock_taken_after_binds_read_is_not_overwritten() -> None:
+    cluster = RacedNode(nodes=[nvidia_node("n")], pods=[gpu_pod("other")])
+    engine = make_engine(clock=lambda: T0)
+    engine.upsert_node(cluster.get_node("n"))
+    ext = Extender(engine, cluster, clock=lambda: T0)
+    _filtered(cluster, ext, "p")
+    cluster.reads, cluster.race_after = 0, 1  # the other replica locks right after bind's read
+    result = ext.bind({"PodName": "p", "PodNamespace": "default", "Node": "n"})
+    assert "node lock contention" in result["Error"]
+    assert decode_node_lock(_lock(cluster) or "").owned_by("default", "other")  # its lock stands
+    assert not cluster.get_pod("default", "p")["spec"].get("nodeName")
