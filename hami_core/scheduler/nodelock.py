@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from hami_core.cluster.base import Cluster, NotFoundError
+from hami_core.cluster.base import Cluster, ConflictError, NotFoundError
 from hami_core.engine.pods import annotations, metadata
 from hami_core.plugins.errors import HamiError, TemporaryError, WireFormatError
 from hami_core.plugins.types import LockSpec
@@ -169,16 +169,15 @@ class NodeLocker:
 
     def _set(self, node: str, pod: Mapping[str, Any], spec: LockSpec,
              seen: Mapping[str, Any] | None = None) -> Mapping[str, Any] | None:
-        """Write the lock with a compare-and-swap; the first attempt trusts ``seen`` (read just before), a retry
-        after a conflict or an error reads the node again. Returns the Node as written (or found ours)."""
+        """Write the lock with a compare-and-swap on the Node's resourceVersion. The first attempt decides from
+        ``seen`` (read just before); if the node changed since (409), it decides again at once from a fresh read;
+        other errors are retried with backoff, each from a fresh read. Returns the Node as written (or found
+        ours)."""
         namespace, name = _owner(pod)
         now = datetime.fromtimestamp(self.clock(), tz=UTC).astimezone()
         wanted = encode_node_lock(now, namespace, name) if spec.owned else encode_lock_time(now)
-        first: list[Mapping[str, Any] | None] = [seen]
 
-        def step() -> Mapping[str, Any] | None:
-            obj = first.pop() if first and first[0] is not None else self.cluster.get_node(node)
-            first.clear()
+        def attempt(obj: Mapping[str, Any]) -> Mapping[str, Any]:
             current = annotations(obj).get(spec.annotation)
             if current:
                 mine = current.endswith(f",{namespace},{name}") if spec.owned else current == wanted
@@ -188,6 +187,16 @@ class NodeLocker:
             return self.cluster.patch_node(node, {"metadata": {
                 "annotations": {spec.annotation: wanted},
                 "resourceVersion": metadata(obj).get("resourceVersion")}})
+
+        def step() -> Mapping[str, Any]:
+            nonlocal seen
+            if seen is not None:
+                obj, seen = seen, None
+                try:
+                    return attempt(obj)
+                except ConflictError:
+                    pass  # the node changed since it was read: decide again from a fresh read, without backoff
+            return attempt(self.cluster.get_node(node))
 
         with self._mutex(node):
             written = retry(f"lock node {node}", step, attempts=self.attempts, backoff_s=self.backoff_s,

@@ -180,14 +180,13 @@ class RacedNode(MemoryCluster):
         super().__init__(*args, **kwargs)
         self.reads = 0
         self.race_after = race_after
+        self.race = {keys.NODE_LOCK: encode_node_lock(datetime.fromtimestamp(T0, tz=UTC), "default", "other")}
 
     def get_node(self, name: str) -> dict[str, Any]:
         out = super().get_node(name)
         self.reads += 1
         if self.reads == self.race_after:
-            now = datetime.fromtimestamp(T0, tz=UTC)
-            super().patch_node(name, {"metadata": {"annotations": {keys.NODE_LOCK: encode_node_lock(
-                now, "default", "other")}}})
+            super().patch_node(name, {"metadata": {"annotations": self.race}})
         return out
 
 
@@ -213,10 +212,27 @@ def test_a_lock_taken_after_binds_read_is_not_overwritten() -> None:
     cluster = RacedNode(nodes=[nvidia_node("n")], pods=[gpu_pod("other")])
     engine = make_engine(clock=lambda: T0)
     engine.upsert_node(cluster.get_node("n"))
-    ext = Extender(engine, cluster, clock=lambda: T0)
+    slept: list[float] = []
+    ext = Extender(engine, cluster, clock=lambda: T0, sleep=slept.append)
     _filtered(cluster, ext, "p")
     cluster.reads, cluster.race_after = 0, 1  # the other replica locks right after bind's read
     result = ext.bind({"PodName": "p", "PodNamespace": "default", "Node": "n"})
     assert "node lock contention" in result["Error"]
     assert decode_node_lock(_lock(cluster) or "").owned_by("default", "other")  # its lock stands
     assert not cluster.get_pod("default", "p")["spec"].get("nodeName")
+    assert slept == []  # a stale read is a conflict to re-decide at once, not an error to back off from
+
+
+def test_a_node_changed_after_binds_read_is_locked_from_a_fresh_read_at_once() -> None:
+    cluster = RacedNode(nodes=[nvidia_node("n")], pods=[gpu_pod("other")])
+    engine = make_engine(clock=lambda: T0)
+    engine.upsert_node(cluster.get_node("n"))
+    slept: list[float] = []
+    ext = Extender(engine, cluster, clock=lambda: T0, sleep=slept.append)
+    _filtered(cluster, ext, "p")
+    cluster.reads, cluster.race_after = 0, 1
+    cluster.race = {"example.com/unrelated": "changed"}  # e.g. the device plugin's heartbeat
+    assert ext.bind({"PodName": "p", "PodNamespace": "default", "Node": "n"}) == {"Error": ""}
+    assert cluster.reads == 2  # bind's read, then one fresh read after the conflict
+    assert decode_node_lock(_lock(cluster) or "").owned_by("default", "p") and slept == []
+    assert cluster.get_pod("default", "p")["spec"]["nodeName"] == "n"
