@@ -41,22 +41,26 @@ def render(doc: dict[str, Any]) -> str:
         out.append("")
     if "http" in s:
         out += ["### 2. HTTP extender, 1-GPU pod (ms, p50 / p99)", "",
-                "| nodes | usage | /filter | /bind | JSON floor | GET /healthz round trip | filter p99 / floor p99 "
-                "| target (≤ 2x) |",
-                "|---:|---:|---:|---:|---:|---:|---:|---|"]
+                "| nodes | usage | server | /filter | /bind | JSON floor | GET /healthz round trip "
+                "| filter p99 / floor p99 | target (≤ 2x) |",
+                "|---:|---:|---|---:|---:|---:|---:|---:|---|"]
         for r in s["http"]:
             trip = ms(r["roundtrip"]) if "roundtrip" in r else "-"
-            out.append(f"| {r['nodes']} | {r['usage']:.0%} | {ms(r['filter'])} | {ms(r['bind'])} | {ms(r['floor'])} "
+            out.append(f"| {r['nodes']} | {r['usage']:.0%} | {r.get('server', 'threaded')} | {ms(r['filter'])} "
+                       f"| {ms(r['bind'])} | {ms(r['floor'])} "
                        f"| {trip} | {r['filter_p99_over_floor_p99']:.1f}x "
                        f"| {verdict(r['filter_p99_over_floor_p99'] <= 2)} |")
         out.append("")
     if "throughput" in s:
         out += ["### 3. Sustained filter + bind over HTTP", "",
-                "| nodes | client threads | pods | bound | lock retries | wall s | pods/s | target (> 1,000/s) |",
-                "|---:|---:|---:|---:|---:|---:|---:|---|"]
+                "| nodes | server | client threads | pods | bound | lock retries | wall s | pods/s "
+                "| server CPU ms/pod | target (> 1,000/s) |",
+                "|---:|---|---:|---:|---:|---:|---:|---:|---:|---|"]
         for r in s["throughput"]:
-            out.append(f"| {r['nodes']} | {r['threads']} | {r['pods']} | {r['bound']} | {r['retries']} "
-                       f"| {r['wall_s']:.1f} | {r['pods_per_s']:.0f} | {verdict(r['pods_per_s'] > 1000)} |")
+            cpu = f"{r['server_cpu_ms_per_pod']:.2f}" if "server_cpu_ms_per_pod" in r else "-"
+            out.append(f"| {r['nodes']} | {r.get('server', 'threaded')} | {r['threads']} | {r['pods']} | {r['bound']} "
+                       f"| {r['retries']} | {r['wall_s']:.1f} | {r['pods_per_s']:.0f} | {cpu} "
+                       f"| {verdict(r['pods_per_s'] > 1000)} |")
         out.append("")
     if "memory" in s:
         r = s["memory"]

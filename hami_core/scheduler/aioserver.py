@@ -176,7 +176,12 @@ class _Connection(asyncio.Protocol):
         if self.timer is not None:  # the server is busy now, not the client
             self.timer.cancel()
         future = self.server.executor.submit(self.routes.post, request.path, request.raw)
-        future.add_done_callback(lambda done: self.loop.call_soon_threadsafe(self._done, done, request.keep_alive))
+        future.add_done_callback(lambda done: self._from_worker(done, request.keep_alive))
+
+    def _from_worker(self, future: Future[Reply], keep_alive: bool) -> None:
+        # Runs in the worker thread (or in shutdown's, for a cancelled request): hand the reply to the loop.
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the server is shut down, nobody to answer
+            self.loop.call_soon_threadsafe(self._done, future, keep_alive)
 
     def _done(self, future: Future[Reply], keep_alive: bool) -> None:
         self.busy = False
