@@ -185,3 +185,26 @@ def test_unknown_server_kind_is_refused() -> None:
     engine = make_engine()
     with pytest.raises(ValueError, match="unknown HTTP server 'twisted': choose one of asyncio, threaded"):
         make_server("twisted", Extender(engine, MemoryCluster()), Webhook(engine), "127.0.0.1", 0)
+
+
+def test_asyncio_server_threads_do_not_grow_with_connections() -> None:
+    """100 idle keep-alive clients (kube-scheduler and API server keep connections open) cost the asyncio
+    server no thread each, and it still answers; the pool is bounded by its worker count."""
+    engine = make_engine()
+    server = AsyncSchedulerServer(Extender(engine, MemoryCluster()), Webhook(engine), "127.0.0.1", 0, workers=4)
+    server.start()
+    idle: list[socket.socket] = []
+    try:
+        before = threading.active_count()
+        for _ in range(100):
+            sock = socket.create_connection(server.address, timeout=WAIT_S)
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            idle.append(sock)
+        for sock in idle:
+            assert _read_replies(sock, 1)[0][0] == 200
+        assert post(server.url + "/webhook", None, raw=REVIEW)[0] == 200
+        assert threading.active_count() <= before + 4
+    finally:
+        for sock in idle:
+            sock.close()
+        server.shutdown()
