@@ -89,16 +89,20 @@ class RowStore:
         """The rows' :class:`MixState` under ``mix`` (the one :meth:`mix_for` returned), rebuilt where stale."""
         cap = len(self.stamp)
         if self._state is None or self._state.n_ok.shape != (len(mix), cap):
-            self._state = MixState(np.zeros((len(mix), cap)), np.zeros((len(mix), cap)),
-                                   np.zeros((len(mix), cap)), np.zeros(cap))
+            classes, bases = len(mix), int(mix.base_spec.cores.shape[0])
+            self._state = MixState(np.zeros((classes, cap)), np.zeros((classes, cap)), np.zeros((classes, cap)),
+                                   np.zeros(cap), np.zeros(cap), np.zeros((bases, cap)), np.zeros((bases, cap)),
+                                   np.full(cap, -1, dtype=np.intp), np.zeros(cap, dtype=bool))
             self._state_stamp = np.full(cap, -1, dtype=np.int64)
         stale = rows[self._state_stamp[rows] != self.stamp[rows]]
         if len(stale):
             fresh = MixState.of(self.view(stale), mix)
-            self._state.n_ok[:, stale] = fresh.n_ok
-            self._state.strand[:, stale] = fresh.strand
-            self._state.frag[:, stale] = fresh.frag
-            self._state.total[stale] = fresh.total
+            for f in MixState.__slots__:
+                target = getattr(self._state, f)
+                if target.ndim == 2:
+                    target[:, stale] = getattr(fresh, f)
+                else:
+                    target[stale] = getattr(fresh, f)
             self._state_stamp[stale] = self.stamp[stale]
         return self._state.take(rows)
 
