@@ -16,6 +16,7 @@ Everything is numpy over ``(classes, rows, devices)`` at once; absent devices ar
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -256,9 +257,9 @@ class MixState:
         return cls(c.n, c.strand, frag, total, mix.weight @ frag, c.n_base, c.s_base, c.row_type, c.mixed)
 
     def take(self, rows: np.ndarray) -> MixState:
-        return MixState(self.n_ok[:, rows], self.strand[:, rows], self.frag[:, rows], self.total[rows],
-                        self.weighted[rows], self.n_base[:, rows], self.s_base[:, rows], self.row_type[rows],
-                        self.mixed[rows])
+        # np.take along an axis gathers several times faster than fancy indexing ``a[:, rows]``
+        return MixState(*(np.take(getattr(self, f), rows, axis=getattr(self, f).ndim - 1)
+                          for f in MixState.__slots__))
 
 
 def fragmentation(dev: DeviceArrays, mix: Mix) -> np.ndarray:
@@ -440,6 +441,13 @@ def fgd_device_order(devices: Sequence[DeviceUsage], request: Shape,
     types = sorted({d.type for d in devices})
     free = np.array([host_free], dtype=float)
     dev = DeviceArrays.build([devices], {t: i for i, t in enumerate(types)}, free)
-    delta, inc = device_growth(dev, request, Mix(classes, types), free - np.asarray(host_need, float))
+    delta, inc = device_growth(dev, request, _mix_of(tuple(classes), tuple(types)), free - np.asarray(host_need, float))
     key = _selection_key(dev, inc, delta, "fgd", weights)[0, :len(devices)]
     return [devices[i] for i in np.argsort(key, kind="stable")]
+
+
+@functools.lru_cache(maxsize=16)
+def _mix_of(classes: tuple[tuple[Shape, float, float, float], ...], types: tuple[str, ...]) -> Mix:
+    """The :class:`Mix` of ``classes`` over ``types``, built once: the fit orders the devices of every candidate
+    node against the same mix (a node's types are usually the same few)."""
+    return Mix(classes, types)
