@@ -99,8 +99,8 @@ class FgdState:
         cache.ensure(int(rows.max()) + 1 if len(rows) else 0)
         stale = np.flatnonzero(cache.stamp[rows] != stamps)
         if len(stale):
-            values = self.compute(rows[stale], stamps[stale], [batch.nodes[int(i)] for i in stale], batch.shapes,
-                                  workload, select, weights, host)
+            nodes = batch.nodes if len(stale) == len(rows) else [batch.nodes[i] for i in stale.tolist()]
+            values = self.compute(rows[stale], stamps[stale], nodes, batch.shapes, workload, select, weights, host)
             cache.value[rows[stale]] = values
             cache.stamp[rows[stale]] = stamps[stale]
         return cache.value[rows]
@@ -166,4 +166,4 @@ def hami_prescore_nodes(pod: Mapping[str, Any], batch: NodeBatch, policy: GpuPol
         growth = state.growth(batch, workload, select, policy.weights, host_requests(pod))
     else:
         growth = node_growth(batch.nodes, batch.shapes, workload, select, policy.weights, host_requests(pod))
-    return np.where(np.isfinite(growth), quantised_score(growth, workload.score_steps) * _BUCKET, INFEASIBLE) + tie
+    return np.where(np.isfinite(growth), quantised_score(growth, workload.steps) * _BUCKET, INFEASIBLE) + tie

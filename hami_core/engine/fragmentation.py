@@ -16,6 +16,7 @@ Everything is numpy over ``(classes, rows, devices)`` at once; absent devices ar
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -65,6 +66,9 @@ class DeviceArrays:
         host = np.full((rows, 2), np.inf) if host is None else np.asarray(host, dtype=float).reshape(rows, 2)
         return cls(arr[0] > 0, arr[1], arr[2], arr[3], arr[4], arr[5], arr[6], type_idx, order, host)
 
+    def take(self, rows: np.ndarray) -> DeviceArrays:
+        return DeviceArrays(*(getattr(self, f)[rows] for f in DeviceArrays.__slots__))
+
     def copy(self) -> DeviceArrays:
         return DeviceArrays(*(np.array(getattr(self, f), copy=True) for f in DeviceArrays.__slots__))
 
@@ -79,7 +83,13 @@ class DeviceArrays:
 
 
 class Mix:
-    """The workload classes as arrays, one entry per class, with their type masks over ``types``."""
+    """The workload classes as arrays, one entry per class, with their type masks over ``types``.
+
+    Classes that book the same on one device (cores, memory) share a *base*: which devices such a class
+    could use is computed once per base (``base_spec``) and narrowed per class by its type mask
+    (``type_ok``). A mix where model constraints split one request shape into many classes (the openb
+    gpuspec33 trace: ~100 classes, 15 bases) so costs ``bases x devices``, not ``classes x devices``.
+    """
 
     def __init__(self, classes: Sequence[tuple[Shape, float, float, float]], types: Sequence[str]) -> None:
         self.shapes = [c[0] for c in classes]
@@ -88,10 +98,93 @@ class Mix:
         self.mem = np.array([c[3] for c in classes], dtype=float)
         self.nums = np.array([s.nums for s in self.shapes], dtype=float)
         self.types = list(types)
-        self.spec = _Spec.of(self.shapes, self.types)
+        bases: dict[tuple[int, int, int], int] = {}
+        self.base = np.array([bases.setdefault(_base_key(s), len(bases)) for s in self.shapes], dtype=np.intp)
+        self.base_spec = _Spec.of([Shape("", 1, c, m, p) for c, m, p in bases], ())
+        #: ``(classes, types + 1)``: the types each class accepts, padding last (never); None: all accept.
+        self.type_ok: np.ndarray | None = None
+        self._groups: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        if any(s.use_types or s.nouse_types for s in self.shapes):
+            self.type_ok = np.array([[s.accepts(t) for t in self.types] + [False] for s in self.shapes], dtype=bool)
 
     def __len__(self) -> int:
         return len(self.shapes)
+
+    def usable(self, dev: DeviceArrays, used: np.ndarray, usedcores: np.ndarray, usedmem: np.ndarray) -> np.ndarray:
+        """``(classes, rows, devices)``: which devices each class could take, on the given usage."""
+        ok = self.base_spec.usable(dev, used, usedcores, usedmem)[self.base]
+        if self.type_ok is not None:
+            ok &= self.type_ok[:, dev.type_idx]
+        return ok
+
+    def counts(self, dev: DeviceArrays, share: np.ndarray, total: np.ndarray) -> _Counts:
+        """Each class's usable devices and the free share on the devices it cannot use, per row.
+
+        Per base over the devices, then per class by row: on a row whose devices all have one type
+        (every openb node) a class takes its base's figures or, refusing the type, none of them. Rows
+        mixing types are counted device by device. The sums run in the same order as a per-class count,
+        so the figures are identical.
+        """
+        ub = self.base_spec.usable(dev, dev.used, dev.usedcores, dev.usedmem)  # (B, R, G)
+        n_base = ub.sum(axis=2).astype(float)
+        s_base = np.where(ub, 0.0, share).sum(axis=2)
+        n, strand = n_base[self.base], s_base[self.base]
+        row_type, mixed = _row_types(dev)
+        if self.type_ok is None:
+            return _Counts(n, strand, n_base, s_base, row_type, mixed)
+        accept = self.type_ok[:, row_type]
+        n = np.where(accept, n, 0.0)
+        strand = np.where(accept, strand, total)
+        if mixed.any():
+            rows = np.flatnonzero(mixed)
+            ok = ub[:, rows][self.base] & self.type_ok[:, dev.type_idx[rows]]
+            n[:, rows] = ok.sum(axis=2)
+            strand[:, rows] = np.where(ok, 0.0, share[rows]).sum(axis=2)
+        return _Counts(n, strand, n_base, s_base, row_type, mixed)
+
+    def accepts(self, row_type: np.ndarray) -> np.ndarray:
+        """``(classes, rows)``: whether each class accepts each row's (single) device type."""
+        if self.type_ok is None:
+            return np.ones((len(self), len(row_type)), dtype=bool)
+        return self.type_ok[:, row_type]
+
+    @property
+    def groups(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Classes grouped by base and device count: ``(membership (groups, classes), base of each group,
+        device count of each group)``. Classes of one group fit on a device set exactly when the others do."""
+        if self._groups is None:
+            keys: dict[tuple[int, float], int] = {}
+            pairs = zip(self.base.tolist(), self.nums.tolist(), strict=True)
+            of_class = [keys.setdefault((b, n), len(keys)) for b, n in pairs]
+            member = np.zeros((len(keys), len(self)))
+            member[of_class, np.arange(len(self))] = 1.0
+            self._groups = (member, np.array([k[0] for k in keys], dtype=np.intp),
+                            np.array([k[1] for k in keys], dtype=float))
+        return self._groups
+
+
+@dataclass(slots=True)
+class _Counts:
+    n: np.ndarray  # (C, R) usable devices per class
+    strand: np.ndarray  # (C, R) free share on devices the class cannot use
+    n_base: np.ndarray  # (B, R) the same per base, for rows of one type (ignoring type masks)
+    s_base: np.ndarray
+    row_type: np.ndarray  # (R,) each row's device type (-1: no device)
+    mixed: np.ndarray  # (R,) rows whose devices have several types
+
+
+def _base_key(shape: Shape) -> tuple[int, int, int]:
+    """What a class books on one device: cores, MiB, percentage of the card (-1: not given)."""
+    pct = shape.mem_percentage if shape.mem_percentage != MEM_PERCENTAGE_UNSET and shape.memreq <= 0 else -1
+    return min(shape.cores, 100), shape.memreq, pct
+
+
+def _row_types(dev: DeviceArrays) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's device type (of its first present device; -1 without any), and which rows mix types."""
+    first = np.argmax(dev.present, axis=1)
+    row_type = np.where(dev.present.any(axis=1), dev.type_idx[np.arange(len(first)), first], -1)
+    mixed = (dev.present & (dev.type_idx != row_type[:, None])).any(axis=1)
+    return row_type, mixed
 
 
 @dataclass(slots=True)
@@ -110,8 +203,7 @@ class _Spec:
 
         cores = col([min(s.cores, 100) for s in shapes])
         memreq = col([s.memreq for s in shapes])
-        pct = col([s.mem_percentage if s.mem_percentage != MEM_PERCENTAGE_UNSET and s.memreq <= 0 else -1
-                   for s in shapes])
+        pct = col([_base_key(s)[2] for s in shapes])
         type_ok = None
         if any(s.use_types or s.nouse_types for s in shapes):
             type_ok = np.array([[s.accepts(t) for t in types] + [False] for s in shapes], dtype=bool)
@@ -136,37 +228,45 @@ class _Spec:
 
 @dataclass(slots=True)
 class MixState:
-    """What the mix can use on each row before any placement: ``(classes, rows)`` arrays.
+    """What the mix can use on each row before any placement.
 
-    ``n_ok``: usable devices per class; ``strand``: free share on devices the class cannot use; ``frag``:
-    the class's fragments (``strand``, or all free share where the class cannot run); ``total``: each
-    row's free share.
+    Per class, ``(classes, rows)``: ``n_ok``, the usable devices; ``strand``, the free share on devices the
+    class cannot use; ``frag``, the class's fragments (``strand``, or all free share where the class
+    cannot run). Per row: ``total``, the free share; ``weighted``, the row's fragmentation (``weight @
+    frag``); ``row_type`` and ``mixed`` (see :func:`_row_types`). Per base, ``(bases, rows)``: ``n_base``
+    and ``s_base``, the class figures before type masks (valid on rows of one type).
     """
 
     n_ok: np.ndarray
     strand: np.ndarray
     frag: np.ndarray
     total: np.ndarray
+    weighted: np.ndarray
+    n_base: np.ndarray
+    s_base: np.ndarray
+    row_type: np.ndarray
+    mixed: np.ndarray
 
     @classmethod
     def of(cls, dev: DeviceArrays, mix: Mix) -> MixState:
         share = dev.free_share()
         total = share.sum(axis=1)
-        ok = mix.spec.usable(dev, dev.used, dev.usedcores, dev.usedmem)  # (C, R, G)
-        n_ok = ok.sum(axis=2).astype(float)
-        strand = np.where(ok, 0.0, share).sum(axis=2)
-        fits = (n_ok >= mix.nums[:, None]) & _host_fits(dev.host, mix)
-        return cls(n_ok, strand, np.where(fits, strand, total), total)
+        c = mix.counts(dev, share, total)
+        fits = (c.n >= mix.nums[:, None]) & _host_fits(dev.host, mix)
+        frag = np.where(fits, c.strand, total)
+        return cls(c.n, c.strand, frag, total, mix.weight @ frag, c.n_base, c.s_base, c.row_type, c.mixed)
 
     def take(self, rows: np.ndarray) -> MixState:
-        return MixState(self.n_ok[:, rows], self.strand[:, rows], self.frag[:, rows], self.total[rows])
+        # np.take along an axis gathers several times faster than fancy indexing ``a[:, rows]``
+        return MixState(*(np.take(getattr(self, f), rows, axis=getattr(self, f).ndim - 1)
+                          for f in MixState.__slots__))
 
 
 def fragmentation(dev: DeviceArrays, mix: Mix) -> np.ndarray:
     """Expected fragmentation of each row (free share the mix cannot use), in milli."""
     if not len(mix):
         return np.zeros(len(dev.present))
-    return mix.weight @ MixState.of(dev, mix).frag
+    return MixState.of(dev, mix).weighted
 
 
 def host_growth(state: MixState, host_free: np.ndarray, host_need: tuple[float, float], mix: Mix) -> np.ndarray:
@@ -188,31 +288,86 @@ def device_growth(dev: DeviceArrays, request: Shape, mix: Mix, host_after: np.nd
 
     Also returns which devices could take it. ``host_after`` is the rows' free CPU and memory once the
     pod is there (default: unchanged); ``state`` the rows' :class:`MixState` if already known. With
-    ``columns`` (one device per row) only that device is evaluated: the result is ``(rows, 1)``.
+    ``columns`` (one device per row) only that device is evaluated: both results are ``(rows, 1)``.
     """
     spec = _Spec.of([request], mix.types)
-    inc = spec.usable(dev, dev.used, dev.usedcores, dev.usedmem)[0]
-    if not len(mix):
-        return np.zeros(inc.shape if columns is None else (len(inc), 1)), inc
-    state = MixState.of(dev, mix) if state is None else state
-    host_after = dev.host if host_after is None else host_after
+    if len(mix) and state is None:
+        state = MixState.of(dev, mix)
     if columns is not None:
-        rows = np.arange(len(inc))
+        rows = np.arange(len(dev.present))
         dev = DeviceArrays(*(a[rows, columns][:, None] if a.ndim == 2 and f != "host" else a
                              for f, a in ((f, getattr(dev, f)) for f in DeviceArrays.__slots__)))
+    inc = spec.usable(dev, dev.used, dev.usedcores, dev.usedmem)[0]
+    if state is None:  # no mix: nothing to fragment
+        return np.zeros(inc.shape), inc
+    host_after = dev.host if host_after is None else host_after
     need = spec.need(dev.totalmem)[0]
-    cores = float(spec.cores[0, 0, 0])
-    post_used, post_cores, post_mem = dev.used + 1, dev.usedcores + cores, dev.usedmem + need
-    share = dev.free_share()
-    post_share = dev.free_share(post_cores, post_mem)
-    u = mix.spec.usable(dev, dev.used, dev.usedcores, dev.usedmem)  # (C, R, G): the devices it would take
-    u2 = mix.spec.usable(dev, post_used, post_cores, post_mem)  # ... as if each had taken the request
-    n2 = state.n_ok[:, :, None] - u + u2
-    s2 = state.strand[:, :, None] - np.where(u, 0.0, share) + np.where(u2, 0.0, post_share)
-    t2 = state.total[:, None] - share + post_share  # (R, G)
-    after = np.where((n2 >= mix.nums[:, None, None]) & _host_fits(host_after, mix)[:, :, None], s2, t2)
-    delta = np.tensordot(mix.weight, after - state.frag[:, :, None], axes=1)
+    post = _Post(dev, need, float(spec.cores[0, 0, 0]))
+    delta = _growth_by_base(dev, post, mix, state, host_after)
+    if state.mixed.any():  # rows mixing device types: class by class
+        rows = np.flatnonzero(state.mixed)
+        delta[rows] = _growth_by_class(dev.take(rows), post.take(rows), mix, state.take(rows), host_after[rows])
     return np.round(delta, 6), inc
+
+
+@dataclass(slots=True)
+class _Post:
+    """Each device's usage and free share before and after taking one device of the request."""
+
+    used: np.ndarray
+    cores: np.ndarray
+    mem: np.ndarray
+    share: np.ndarray
+    post_share: np.ndarray
+
+    def __init__(self, dev: DeviceArrays | None, need: np.ndarray | None = None, cores: float = 0.0) -> None:
+        if dev is None or need is None:
+            return
+        self.used, self.cores, self.mem = dev.used + 1, dev.usedcores + cores, dev.usedmem + need
+        self.share = dev.free_share()
+        self.post_share = dev.free_share(self.cores, self.mem)
+
+    def take(self, rows: np.ndarray) -> _Post:
+        out = _Post(None)
+        for f in _Post.__slots__:
+            setattr(out, f, getattr(self, f)[rows])
+        return out
+
+
+def _growth_by_class(dev: DeviceArrays, post: _Post, mix: Mix, state: MixState, host_after: np.ndarray) -> np.ndarray:
+    """The growth, ``sum_c w_c (after_c - frag_c)``, class by class over ``(classes, rows, devices)``.
+
+    The definition, used on rows mixing device types; :func:`_growth_by_base` gives the same figures on
+    rows of one type at the cost of the bases."""
+    u = mix.usable(dev, dev.used, dev.usedcores, dev.usedmem)  # (C, R, G): the devices it would take
+    u2 = mix.usable(dev, post.used, post.cores, post.mem)  # ... as if each had taken the request
+    n2 = state.n_ok[:, :, None] - u + u2
+    s2 = state.strand[:, :, None] - np.where(u, 0.0, post.share) + np.where(u2, 0.0, post.post_share)
+    t2 = state.total[:, None] - post.share + post.post_share  # (R, G)
+    after = np.where((n2 >= mix.nums[:, None, None]) & _host_fits(host_after, mix)[:, :, None], s2, t2)
+    return np.tensordot(mix.weight, after - state.frag[:, :, None], axes=1)
+
+
+def _growth_by_base(dev: DeviceArrays, post: _Post, mix: Mix, state: MixState, host_after: np.ndarray) -> np.ndarray:
+    """The growth on rows whose devices have one type, per base instead of per class.
+
+    There a class refusing the row's type can use nothing before or after (its fragments are the free
+    share, ``after - frag = t2 - total``), and a class accepting it uses what its base uses. So
+    ``sum_c w_c after_c = W t2 + sum_g Y_g [n2_g >= k_g] (s2_g - t2)`` over groups ``g`` of classes with
+    one base and device count ``k_g``, where ``Y_g`` sums the weights of the group's classes that accept the
+    row and whose CPU and memory fit after the placement; ``sum_c w_c frag_c`` is the state's ``weighted``.
+    Costs ``classes x rows + groups x rows x devices`` instead of ``classes x rows x devices``.
+    """
+    ub = mix.base_spec.usable(dev, dev.used, dev.usedcores, dev.usedmem)  # (B, R, G)
+    ub2 = mix.base_spec.usable(dev, post.used, post.cores, post.mem)
+    n2 = state.n_base[:, :, None] - ub + ub2
+    s2 = state.s_base[:, :, None] - np.where(ub, 0.0, post.share) + np.where(ub2, 0.0, post.post_share)
+    t2 = state.total[:, None] - post.share + post.post_share  # (R, G)
+    member, group_base, group_nums = mix.groups
+    y = (member * mix.weight) @ (mix.accepts(state.row_type) & _host_fits(host_after, mix))  # (groups, R)
+    fits = n2[group_base] >= group_nums[:, None, None]  # (groups, R, G)
+    gain = np.einsum("gr,grj->rj", y, np.where(fits, s2[group_base] - t2, 0.0))
+    return mix.weight.sum() * t2 + gain - state.weighted[:, None]
 
 
 def device_scores(dev: DeviceArrays, weights: tuple[int, int, int]) -> np.ndarray:
@@ -286,6 +441,13 @@ def fgd_device_order(devices: Sequence[DeviceUsage], request: Shape,
     types = sorted({d.type for d in devices})
     free = np.array([host_free], dtype=float)
     dev = DeviceArrays.build([devices], {t: i for i, t in enumerate(types)}, free)
-    delta, inc = device_growth(dev, request, Mix(classes, types), free - np.asarray(host_need, float))
+    delta, inc = device_growth(dev, request, _mix_of(tuple(classes), tuple(types)), free - np.asarray(host_need, float))
     key = _selection_key(dev, inc, delta, "fgd", weights)[0, :len(devices)]
     return [devices[i] for i in np.argsort(key, kind="stable")]
+
+
+@functools.lru_cache(maxsize=16)
+def _mix_of(classes: tuple[tuple[Shape, float, float, float], ...], types: tuple[str, ...]) -> Mix:
+    """The :class:`Mix` of ``classes`` over ``types``, built once: the fit orders the devices of every candidate
+    node against the same mix (a node's types are usually the same few)."""
+    return Mix(classes, types)

@@ -36,6 +36,7 @@ class RowStore:
         self.mix: Mix | None = None
         self._state_stamp = np.full(0, -1, dtype=np.int64)
         self._state: MixState | None = None
+        self._buffers: dict[str, np.ndarray] = {}
 
     # ------------------------------------------------------------------------------------ devices
     def refresh(self, rows: np.ndarray, stamps: np.ndarray, nodes: Sequence[Any]) -> None:
@@ -67,7 +68,7 @@ class RowStore:
         self.host[row] = (total[0] - used[0], total[1] - used[1])
 
     def view(self, rows: np.ndarray) -> DeviceArrays:
-        a = self.arr[:, rows]
+        a = np.take(self.arr, rows, axis=1)  # several times faster than ``self.arr[:, rows]``
         return DeviceArrays(a[0] > 0, a[1], a[2], a[3], a[4], a[5], a[6], self.type_idx[rows], self.order[rows],
                             self.host[rows])
 
@@ -89,18 +90,44 @@ class RowStore:
         """The rows' :class:`MixState` under ``mix`` (the one :meth:`mix_for` returned), rebuilt where stale."""
         cap = len(self.stamp)
         if self._state is None or self._state.n_ok.shape != (len(mix), cap):
-            self._state = MixState(np.zeros((len(mix), cap)), np.zeros((len(mix), cap)),
-                                   np.zeros((len(mix), cap)), np.zeros(cap))
+            classes, bases = len(mix), int(mix.base_spec.cores.shape[0])
+            self._state = MixState(np.zeros((classes, cap)), np.zeros((classes, cap)), np.zeros((classes, cap)),
+                                   np.zeros(cap), np.zeros(cap), np.zeros((bases, cap)), np.zeros((bases, cap)),
+                                   np.full(cap, -1, dtype=np.intp), np.zeros(cap, dtype=bool))
             self._state_stamp = np.full(cap, -1, dtype=np.int64)
         stale = rows[self._state_stamp[rows] != self.stamp[rows]]
         if len(stale):
             fresh = MixState.of(self.view(stale), mix)
-            self._state.n_ok[:, stale] = fresh.n_ok
-            self._state.strand[:, stale] = fresh.strand
-            self._state.frag[:, stale] = fresh.frag
-            self._state.total[stale] = fresh.total
+            for f in MixState.__slots__:
+                target = getattr(self._state, f)
+                if target.ndim == 2:
+                    target[:, stale] = getattr(fresh, f)
+                else:
+                    target[stale] = getattr(fresh, f)
             self._state_stamp[stale] = self.stamp[stale]
-        return self._state.take(rows)
+        return self._take(rows)
+
+    def _take(self, rows: np.ndarray) -> MixState:
+        """The state's columns for ``rows``, gathered into buffers this store reuses.
+
+        Fresh ``(classes, rows)`` arrays of a few hundred KB each cost more in page faults (the allocator
+        hands such sizes back to the system when freed) than the gather itself. The result is valid until
+        the next call.
+        """
+        state = self._state
+        if state is None:
+            raise RuntimeError("RowStore._take before the state was built")
+        out = []
+        for f in MixState.__slots__:
+            src = getattr(state, f)
+            size = (src.shape[0] if src.ndim == 2 else 1) * len(rows)
+            buf = self._buffers.get(f)
+            if buf is None or buf.size < size or buf.dtype != src.dtype:
+                buf = self._buffers[f] = np.empty(max(size, src.size), dtype=src.dtype)
+            dst = buf[:size].reshape((*src.shape[:-1], len(rows)))
+            np.take(src, rows, axis=src.ndim - 1, out=dst, mode="clip")  # rows are valid: "clip" avoids a copy
+            out.append(dst)
+        return MixState(*out)
 
     # ------------------------------------------------------------------------------------ sizing
     def _ensure(self, size: int) -> None:

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 from collections import Counter, OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from hami_core.plugins.types import MEM_PERCENTAGE_UNSET, ContainerRequests, DeviceBackend
 from hami_core.wire.common import split_list
 
-__all__ = ["CPU_STEP", "DEFAULT_SCORE_STEPS", "MixClass", "Shape", "Workload", "WorkloadModel", "pod_shapes"]
+__all__ = ["CPU_STEP", "DEFAULT_SCORE_STEPS", "TYPED_SCORE_STEPS", "MixClass", "Shape", "Workload", "WorkloadModel",
+           "pod_shapes"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +37,20 @@ class Shape:
     mem_percentage: int = MEM_PERCENTAGE_UNSET
     use_types: tuple[str, ...] = ()
     nouse_types: tuple[str, ...] = ()
+    #: The hash, computed once: shapes key the mix's counters, hashed for every pod the model sees.
+    _hash: int = field(default=0, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.backend, self.nums, self.cores, self.memreq, self.mem_percentage,
+                                                self.use_types, self.nouse_types)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        # rebuilt through __init__, so the hash is recomputed (string hashes differ between processes)
+        return Shape, (self.backend, self.nums, self.cores, self.memreq, self.mem_percentage, self.use_types,
+                       self.nouse_types)
 
     def accepts(self, device_type: str) -> bool:
         card = device_type.upper()
@@ -48,6 +63,10 @@ class Shape:
 MixClass = tuple[Shape, float, float, float]
 #: Default resolution of the fgd growth score (``scheduler.fgd.scoreSteps``; the paper's is 100).
 DEFAULT_SCORE_STEPS = 25
+#: The fewest score steps for a mix with classes constrained to device types (the paper's resolution): there a
+#: placement on a device type that many classes refuse grows fragmentation less by a systematic amount (the
+#: refusing classes' weight times the share placed), which coarser steps would merge into ties.
+TYPED_SCORE_STEPS = 100
 #: CPU requests are grouped in steps of this many milli-CPU (a class per shape and CPU step).
 CPU_STEP = 500
 
@@ -60,6 +79,15 @@ class Workload:
     classes: tuple[MixClass, ...] = ()
     #: How finely fragmentation growth is scored (``scheduler.fgd.scoreSteps``), for policies reading the mix.
     score_steps: int = DEFAULT_SCORE_STEPS
+
+    @property
+    def steps(self) -> int:
+        """The score steps to use: ``score_steps``, or at least :data:`TYPED_SCORE_STEPS` when a class of the
+        mix is constrained to device types (docs/simulation.md: +0.5 points on the openb gpuspec33 trace,
+        where 25 steps lose the preference for device types that fewer classes need)."""
+        if any(c[0].use_types or c[0].nouse_types for c in self.classes):
+            return max(self.score_steps, TYPED_SCORE_STEPS)
+        return self.score_steps
 
     def for_backend(self, backend: str) -> list[MixClass]:
         """The classes that ask ``backend``."""
