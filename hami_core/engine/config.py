@@ -15,7 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from hami_core.engine.policy import validate_gpu_policy
-from hami_core.engine.workload import DEFAULT_SCORE_STEPS, Shape
+from hami_core.engine.workload import Shape
 from hami_core.plugins.errors import ConfigError
 from hami_core.plugins.types import MEM_PERCENTAGE_UNSET
 from hami_core.wire import keys
@@ -61,7 +61,8 @@ class FgdConfig(BaseModel):
     #: A new mix is used once it moved by more than this (total variation distance; 0 = every pod).
     tolerance: float = Field(0.02, ge=0, le=1)
     #: How finely fragmentation growth is scored (the paper uses 100; ties go to packing).
-    score_steps: int = Field(DEFAULT_SCORE_STEPS, alias="scoreSteps", ge=1, le=10000)
+    #: None (unset): 25 steps, 100 for a mix with device-type constraints (``Workload.steps``); a value: exactly that.
+    score_steps: int | None = Field(None, alias="scoreSteps", ge=1, le=10000)
     #: Keep the most popular classes covering this fraction of pods.
     coverage: float = Field(0.95, gt=0, le=1)
     #: A fixed mix; when given, online learning is off.

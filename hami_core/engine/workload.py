@@ -77,17 +77,21 @@ class Workload:
 
     version: int
     classes: tuple[MixClass, ...] = ()
-    #: How finely fragmentation growth is scored (``scheduler.fgd.scoreSteps``), for policies reading the mix.
-    score_steps: int = DEFAULT_SCORE_STEPS
+    #: How finely fragmentation growth is scored (``scheduler.fgd.scoreSteps``), for policies reading the mix;
+    #: None: not configured (see :attr:`steps`).
+    score_steps: int | None = None
 
     @property
     def steps(self) -> int:
-        """The score steps to use: ``score_steps``, or at least :data:`TYPED_SCORE_STEPS` when a class of the
-        mix is constrained to device types (docs/simulation.md: +0.5 points on the openb gpuspec33 trace,
-        where 25 steps lose the preference for device types that fewer classes need)."""
+        """The score steps to use: ``score_steps`` when configured; otherwise :data:`DEFAULT_SCORE_STEPS`, or
+        :data:`TYPED_SCORE_STEPS` when a class of the mix is constrained to device types (docs/simulation.md:
+        +0.5 points on the openb gpuspec33 trace, where 25 steps lose the preference for device types that
+        fewer classes need)."""
+        if self.score_steps is not None:
+            return self.score_steps
         if any(c[0].use_types or c[0].nouse_types for c in self.classes):
-            return max(self.score_steps, TYPED_SCORE_STEPS)
-        return self.score_steps
+            return TYPED_SCORE_STEPS
+        return DEFAULT_SCORE_STEPS
 
     def for_backend(self, backend: str) -> list[MixClass]:
         """The classes that ask ``backend``."""
@@ -125,7 +129,7 @@ class WorkloadModel:
 
     def __init__(self, window: int = 1000, *, tolerance: float = 0.02, coverage: float = 0.95,
                  fixed: Sequence[MixClass] | None = None,
-                 score_steps: int = DEFAULT_SCORE_STEPS) -> None:
+                 score_steps: int | None = None) -> None:
         if window <= 0:
             raise ValueError(f"window must be > 0, got {window}")
         self.window = window

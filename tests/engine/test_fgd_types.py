@@ -18,9 +18,10 @@ from hami_core.engine.workload import DEFAULT_SCORE_STEPS, TYPED_SCORE_STEPS, Sh
 HALF = {"backend": "ACME", "cores": 50, "memory": 500}
 
 
-def _engine(make_engine: Any, workload: list[dict[str, Any]], steps: int = DEFAULT_SCORE_STEPS) -> Any:
+def _engine(make_engine: Any, workload: list[dict[str, Any]], steps: int | None = None) -> Any:
+    fgd: dict[str, Any] = {"workload": workload} if steps is None else {"workload": workload, "scoreSteps": steps}
     engine = make_engine({"acme": {}, "scheduler": {"nodeSchedulerPolicy": "fgd", "gpuSchedulerPolicy": "binpack",
-                                                    "fgd": {"workload": workload, "scoreSteps": steps}}})
+                                                    "fgd": fgd}})
     # t4: one card 30 % used; g2: one idle card. Both have room for half a card after a 10 % pod.
     engine.upsert_node(make_node("t4", [acme_device(0, devmem=1000, id="t4-g0", type="ACME-T4")]))
     engine.upsert_node(make_node("g2", [acme_device(0, devmem=1000, id="g2-g0", type="ACME-G2")]))
@@ -47,14 +48,22 @@ def test_typed_mix_keeps_the_needed_device_type_free(make_engine: Any) -> None:
     assert workload.steps == TYPED_SCORE_STEPS
     assert quantised_score(growth, workload.steps).tolist() == [50.0, 51.0]
     assert typed.schedule(pod, limit=1).node == "g2"  # t4's card stays free for the T4-only half
+    # an operator who sets scoreSteps gets exactly that: 25 steps tie the two, and packing picks t4
+    coarse = _engine(make_engine, typed_mix, steps=DEFAULT_SCORE_STEPS)
+    assert coarse.workload.snapshot().steps == DEFAULT_SCORE_STEPS
+    assert coarse.schedule(pod, limit=1).node == "t4"
 
 
 def test_score_steps_of_a_mix() -> None:
     half = Shape("ACME", 1, 50, 500)
     t4_only = Shape("ACME", 1, 50, 500, use_types=("T4",))
     not_g2 = Shape("ACME", 1, 50, 500, nouse_types=("G2",))
-    assert Workload(1, ((half, 1.0, 0, 0),), 25).steps == 25
-    assert Workload(1, ((half, 0.5, 0, 0), (t4_only, 0.5, 0, 0)), 25).steps == 100
-    assert Workload(1, ((not_g2, 1.0, 0, 0),), 12).steps == 100
-    assert Workload(1, ((t4_only, 1.0, 0, 0),), 400).steps == 400  # a finer setting is kept
-    assert Workload(1, (), 25).steps == 25
+    # not configured: 25 steps, 100 once a class is constrained to device types
+    assert Workload(1, ((half, 1.0, 0, 0),)).steps == 25
+    assert Workload(1, ((half, 0.5, 0, 0), (t4_only, 0.5, 0, 0))).steps == 100
+    assert Workload(1, ((not_g2, 1.0, 0, 0),)).steps == 100
+    assert Workload(1, ()).steps == 25
+    # configured (scheduler.fgd.scoreSteps): exactly that, typed or not
+    assert Workload(1, ((half, 0.5, 0, 0), (t4_only, 0.5, 0, 0)), 25).steps == 25
+    assert Workload(1, ((t4_only, 1.0, 0, 0),), 400).steps == 400
+    assert Workload(1, ((half, 1.0, 0, 0),), 12).steps == 12
