@@ -31,7 +31,7 @@ from typing import Any
 import httptools
 
 from hami_core.scheduler.extender import Extender
-from hami_core.scheduler.routes import CLIENT_TIMEOUT_S, Reply, Routes, text, tls_context
+from hami_core.scheduler.routes import CLIENT_TIMEOUT_S, Reply, Routes, base_url, text, tls_context
 from hami_core.scheduler.webhook import Webhook
 
 __all__ = ["DEFAULT_WORKERS", "AsyncSchedulerServer"]
@@ -284,8 +284,7 @@ class AsyncSchedulerServer:
 
     @property
     def url(self) -> str:
-        host, port = self.address
-        return f"{'https' if self.tls else 'http'}://{host}:{port}"
+        return base_url(self.address, self.tls)
 
     def start(self) -> None:
         """Serve in a background thread."""

@@ -22,7 +22,8 @@ from typing import Any
 from hami_core.scheduler.extender import BadRequest, Extender
 from hami_core.scheduler.webhook import Webhook
 
-__all__ = ["CLIENT_TIMEOUT_S", "MAX_BODY", "MAX_DEPTH", "Reply", "Routes", "text", "tls_context", "too_deep"]
+__all__ = ["CLIENT_TIMEOUT_S", "MAX_BODY", "MAX_DEPTH", "Reply", "Routes", "base_url", "text", "tls_context",
+           "too_deep"]
 
 log = logging.getLogger("hami.scheduler.server")
 
@@ -65,6 +66,11 @@ def too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
             children = item.values() if isinstance(item, dict) else item
             stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
     return False
+
+
+def base_url(sockname: tuple[Any, ...], tls: bool) -> str:
+    """``http(s)://host:port`` of a listening socket's address."""
+    return f"{'https' if tls else 'http'}://{sockname[0]}:{sockname[1]}"
 
 
 def tls_context(cert_file: str | None, key_file: str | None) -> ssl.SSLContext | None:

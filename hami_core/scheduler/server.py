@@ -18,7 +18,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from hami_core.scheduler.extender import Extender
-from hami_core.scheduler.routes import CLIENT_TIMEOUT_S, MAX_BODY, MAX_DEPTH, Reply, Routes, tls_context, too_deep
+from hami_core.scheduler.routes import (
+    CLIENT_TIMEOUT_S,
+    MAX_BODY,
+    MAX_DEPTH,
+    Reply,
+    Routes,
+    base_url,
+    tls_context,
+    too_deep,
+)
 from hami_core.scheduler.webhook import Webhook
 
 __all__ = ["CLIENT_TIMEOUT_S", "MAX_BODY", "MAX_DEPTH", "SchedulerServer", "parse_bind", "too_deep"]
@@ -93,8 +102,7 @@ class SchedulerServer:
 
     @property
     def url(self) -> str:
-        host, port = self.address
-        return f"{'https' if self.tls else 'http'}://{host}:{port}"
+        return base_url(self.address, self.tls)
 
     def start(self) -> None:
         """Serve in a background thread."""

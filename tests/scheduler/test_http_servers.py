@@ -208,3 +208,16 @@ def test_asyncio_server_threads_do_not_grow_with_connections() -> None:
         for sock in idle:
             sock.close()
         server.shutdown()
+
+
+def test_the_service_serves_with_asyncio_unless_told_otherwise() -> None:
+    from hami_core.scheduler.app import Options, Scheduler
+    from hami_core.scheduler.server import SchedulerServer
+
+    for options, kind in ((Options(port=0, metrics_host=None), AsyncSchedulerServer),
+                          (Options(port=0, metrics_host=None, http_server="threaded"), SchedulerServer)):
+        service = Scheduler(make_engine(), MemoryCluster(), options)
+        try:
+            assert isinstance(service.server, kind)
+        finally:
+            service.server.shutdown()

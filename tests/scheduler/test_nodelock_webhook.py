@@ -196,12 +196,19 @@ def _filtered(cluster: MemoryCluster, ext: Extender, name: str) -> dict[str, Any
     return pod
 
 
-def test_bind_reads_the_node_once_and_locks_from_that_read() -> None:
+def _filtered_on_raced_node() -> tuple[RacedNode, Extender, list[float]]:
+    """Pod ``p`` filtered onto node ``n`` of a :class:`RacedNode`; the extender's backoff sleeps are recorded."""
     cluster = RacedNode(nodes=[nvidia_node("n")], pods=[gpu_pod("other")])
     engine = make_engine(clock=lambda: T0)
     engine.upsert_node(cluster.get_node("n"))
-    ext = Extender(engine, cluster, clock=lambda: T0)
+    slept: list[float] = []
+    ext = Extender(engine, cluster, clock=lambda: T0, sleep=slept.append)
     _filtered(cluster, ext, "p")
+    return cluster, ext, slept
+
+
+def test_bind_reads_the_node_once_and_locks_from_that_read() -> None:
+    cluster, ext, _ = _filtered_on_raced_node()
     cluster.reads = 0
     assert ext.bind({"PodName": "p", "PodNamespace": "default", "Node": "n"}) == {"Error": ""}
     assert cluster.reads == 1  # one GET of the Node; the lock is a compare-and-swap on that read
@@ -209,12 +216,7 @@ def test_bind_reads_the_node_once_and_locks_from_that_read() -> None:
 
 
 def test_a_lock_taken_after_binds_read_is_not_overwritten() -> None:
-    cluster = RacedNode(nodes=[nvidia_node("n")], pods=[gpu_pod("other")])
-    engine = make_engine(clock=lambda: T0)
-    engine.upsert_node(cluster.get_node("n"))
-    slept: list[float] = []
-    ext = Extender(engine, cluster, clock=lambda: T0, sleep=slept.append)
-    _filtered(cluster, ext, "p")
+    cluster, ext, slept = _filtered_on_raced_node()
     cluster.reads, cluster.race_after = 0, 1  # the other replica locks right after bind's read
     result = ext.bind({"PodName": "p", "PodNamespace": "default", "Node": "n"})
     assert "node lock contention" in result["Error"]
@@ -224,12 +226,7 @@ def test_a_lock_taken_after_binds_read_is_not_overwritten() -> None:
 
 
 def test_a_node_changed_after_binds_read_is_locked_from_a_fresh_read_at_once() -> None:
-    cluster = RacedNode(nodes=[nvidia_node("n")], pods=[gpu_pod("other")])
-    engine = make_engine(clock=lambda: T0)
-    engine.upsert_node(cluster.get_node("n"))
-    slept: list[float] = []
-    ext = Extender(engine, cluster, clock=lambda: T0, sleep=slept.append)
-    _filtered(cluster, ext, "p")
+    cluster, ext, slept = _filtered_on_raced_node()
     cluster.reads, cluster.race_after = 0, 1
     cluster.race = {"example.com/unrelated": "changed"}  # e.g. the device plugin's heartbeat
     assert ext.bind({"PodName": "p", "PodNamespace": "default", "Node": "n"}) == {"Error": ""}
