@@ -272,6 +272,8 @@ class AsyncSchedulerServer:
         except BaseException:
             self.loop.close()
             raise
+        host_bound, port_bound = self._server.sockets[0].getsockname()[:2]
+        self._address = (str(host_bound), int(port_bound))  # kept: the socket is gone after shutdown
         self.executor = ThreadPoolExecutor(workers, thread_name_prefix="hami-http")
         self._thread: threading.Thread | None = None
         self._stopped = threading.Event()
@@ -279,8 +281,7 @@ class AsyncSchedulerServer:
 
     @property
     def address(self) -> tuple[str, int]:
-        host, port = self._server.sockets[0].getsockname()[:2]
-        return str(host), int(port)
+        return self._address
 
     @property
     def url(self) -> str:

@@ -94,6 +94,8 @@ class SchedulerServer:
         self.ssl_context = self.httpd.ssl_context
         self.tls = self.ssl_context is not None
         self._thread: threading.Thread | None = None
+        self._started = False
+        self._closed = False
 
     @property
     def address(self) -> tuple[str, int]:
@@ -106,16 +108,23 @@ class SchedulerServer:
 
     def start(self) -> None:
         """Serve in a background thread."""
+        self._started = True
         self._thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.1},
                                         name="hami-http", daemon=True)
         self._thread.start()
 
     def serve_forever(self) -> None:
+        self._started = True
         self.httpd.serve_forever()
 
     def shutdown(self) -> None:
-        """Stop accepting, finish the loop, close the socket."""
-        self.httpd.shutdown()
+        """Stop accepting, finish the loop, close the socket. Idempotent; a server never started just closes
+        (``socketserver``'s shutdown would wait forever for a loop that never ran)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._started:
+            self.httpd.shutdown()
         self.httpd.server_close()
         if self._thread is not None:
             self._thread.join(timeout=5)

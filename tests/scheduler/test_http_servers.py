@@ -210,14 +210,18 @@ def test_asyncio_server_threads_do_not_grow_with_connections() -> None:
         server.shutdown()
 
 
-def test_the_service_serves_with_asyncio_unless_told_otherwise() -> None:
+def test_the_service_serves_with_asyncio_unless_told_otherwise_and_closes_unstarted() -> None:
     from hami_core.scheduler.app import Options, Scheduler
     from hami_core.scheduler.server import SchedulerServer
 
     for options, kind in ((Options(port=0, metrics_host=None), AsyncSchedulerServer),
                           (Options(port=0, metrics_host=None, http_server="threaded"), SchedulerServer)):
         service = Scheduler(make_engine(), MemoryCluster(), options)
-        try:
-            assert isinstance(service.server, kind)
-        finally:
-            service.server.shutdown()
+        assert isinstance(service.server, kind)
+        # never started (e.g. the sync failed first): shutting down must not wait for a loop that never ran
+        closer = threading.Thread(target=service.server.shutdown, daemon=True)
+        closer.start()
+        closer.join(WAIT_S)
+        assert not closer.is_alive()
+        with pytest.raises(OSError):
+            socket.create_connection(service.server.address, timeout=2).close()
