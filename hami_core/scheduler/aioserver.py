@@ -1,10 +1,12 @@
 """The scheduler's default HTTP(S) server: asyncio with the httptools (llhttp) parser, handlers in a thread pool.
 
-Why not ``http.server``: a keep-alive ``/filter`` there spends more CPU in ``email``-based header parsing and
-per-header writes than the engine spends deciding (docs/performance.md). Here one event-loop thread parses
-requests in C and writes each reply in one ``send``; handlers run in a small thread pool, since ``/filter`` and
+Why not ``http.server`` (still there: ``--http-server threaded``): it spends a thread per connection and parses
+headers with ``email``. Here one event-loop thread parses requests in C (llhttp, strict framing) and writes
+each reply in one ``send``, whatever the number of open connections; per request both measure the same on a
+2-core machine (docs/performance.md). Handlers run in thread pools, since ``/filter`` and
 ``/bind`` write to the API server (kube-scheduler binds many pods at once, and a slow write must not stall the
-other connections).
+other connections). Binds have a pool of their own, so binds waiting on node locks never delay ``/filter`` or
+``/webhook``.
 
 Behaviour matches :mod:`.server` (both answer through :mod:`.routes`): the same replies, body limits (413
 from the headers alone, 411 for chunked bodies, 400 for malformed framing, which llhttp rejects before any
@@ -34,12 +36,16 @@ from hami_core.scheduler.extender import Extender
 from hami_core.scheduler.routes import CLIENT_TIMEOUT_S, Reply, Routes, base_url, text, tls_context
 from hami_core.scheduler.webhook import Webhook
 
-__all__ = ["DEFAULT_WORKERS", "AsyncSchedulerServer"]
+__all__ = ["DECIDE_WORKERS", "DEFAULT_WORKERS", "AsyncSchedulerServer"]
 
 log = logging.getLogger("hami.scheduler.server")
 
-#: Handler threads. Handlers serialise on the engine lock for their CPU part; the rest is API-server I/O.
-DEFAULT_WORKERS = 16
+#: Threads for ``/bind``. A bind may wait long on the API server or, for a PodGroup member, up to
+#: ``--node-lock-retry-timeout`` (28 s) for a locked node, and kube-scheduler binds a whole gang at once.
+DEFAULT_WORKERS = 64
+#: Threads for ``/filter`` and ``/webhook``: a pool of their own, so that binds waiting on node locks never hold
+#: up scheduling decisions or pod admission (kube-scheduler filters one pod at a time).
+DECIDE_WORKERS = 4
 #: Requests a client may have pipelined before the server stops reading from it.
 _MAX_QUEUED = 8
 _PHRASES = {status.value: status.phrase for status in HTTPStatus}
@@ -175,7 +181,8 @@ class _Connection(asyncio.Protocol):
         self.busy = True
         if self.timer is not None:  # the server is busy now, not the client
             self.timer.cancel()
-        future = self.server.executor.submit(self.routes.post, request.path, request.raw)
+        pool = self.server.bind_pool if request.path == "/bind" else self.server.executor
+        future = pool.submit(self.routes.post, request.path, request.raw)
         future.add_done_callback(lambda done: self._from_worker(done, request.keep_alive))
 
     def _from_worker(self, future: Future[Reply], keep_alive: bool) -> None:
@@ -274,7 +281,8 @@ class AsyncSchedulerServer:
             raise
         host_bound, port_bound = self._server.sockets[0].getsockname()[:2]
         self._address = (str(host_bound), int(port_bound))  # kept: the socket is gone after shutdown
-        self.executor = ThreadPoolExecutor(workers, thread_name_prefix="hami-http")
+        self.executor = ThreadPoolExecutor(DECIDE_WORKERS, thread_name_prefix="hami-http")
+        self.bind_pool = ThreadPoolExecutor(workers, thread_name_prefix="hami-bind")
         self._thread: threading.Thread | None = None
         self._stopped = threading.Event()
         self._closed = False
@@ -311,6 +319,7 @@ class AsyncSchedulerServer:
         if self._thread is not None:
             self._thread.join(timeout=5)
         self.executor.shutdown(wait=False, cancel_futures=True)
+        self.bind_pool.shutdown(wait=False, cancel_futures=True)
         with contextlib.suppress(RuntimeError):  # still running: the loop thread did not stop in time
             self.loop.close()
 

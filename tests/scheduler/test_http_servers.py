@@ -225,3 +225,35 @@ def test_the_service_serves_with_asyncio_unless_told_otherwise_and_closes_unstar
         assert not closer.is_alive()
         with pytest.raises(OSError):
             socket.create_connection(service.server.address, timeout=2).close()
+
+
+def test_binds_waiting_on_the_api_server_do_not_hold_up_filters_or_admission() -> None:
+    """With every bind thread stuck (a gang of binds waiting on a slow API server or on node locks), /filter and
+    /webhook still answer: they have a pool of their own."""
+    cluster = SlowBindCluster(nodes=[nvidia_node("node-a", gpus=4)],
+                              pods=[gpu_pod("b1"), gpu_pod("b2"), gpu_pod("quick")])
+    engine = make_engine()
+    engine.upsert_node(cluster.get_node("node-a"))
+    server = AsyncSchedulerServer(Extender(engine, cluster), Webhook(engine), "127.0.0.1", 0, workers=1)
+    server.start()
+    binders: list[threading.Thread] = []
+    try:
+        for name in ("b1", "b2"):
+            assert post(server.url + "/filter", {"Pod": cluster.get_pod("default", name),
+                                                 "NodeNames": ["node-a"]})[2]["NodeNames"] == ["node-a"]
+        for name in ("b1", "b2"):  # the first holds the only bind thread, the second queues behind it
+            binders.append(threading.Thread(target=post, args=(server.url + "/bind", {
+                "PodName": name, "PodNamespace": "default", "Node": "node-a"})))
+            binders[-1].start()
+        assert cluster.entered.wait(WAIT_S)
+        status, _, result = post(server.url + "/filter", {"Pod": cluster.get_pod("default", "quick"),
+                                                          "NodeNames": ["node-a"]})
+        assert status == 200 and result["NodeNames"] == ["node-a"]
+        assert post(server.url + "/webhook", None, raw=REVIEW)[0] == 200
+        assert not cluster.go.is_set()  # both binds are still waiting
+    finally:
+        cluster.go.set()
+        for binder in binders:
+            binder.join(WAIT_S)
+        server.shutdown()
+    assert cluster.get_pod("default", "b1")["spec"].get("nodeName") == "node-a"
