@@ -300,12 +300,13 @@ class Engine:
         """
         key = pod_key(pod)
         meta = pod.get("metadata")
-        version = meta.get("resourceVersion") if isinstance(meta, Mapping) else None
-        if version and self._versions.get(key) == version:
+        raw_version = meta.get("resourceVersion") if isinstance(meta, Mapping) else None
+        version = str(raw_version) if raw_version else None
+        if version is not None and self._versions.get(key) == version:
             return
         self._apply_pod(key, pod)
-        if version and not is_terminal(pod):
-            self._versions[key] = str(version)
+        if version is not None and not is_terminal(pod):
+            self._versions[key] = version
 
     def _apply_pod(self, key: str, pod: Mapping[str, Any]) -> None:
         if is_terminal(pod):

@@ -87,6 +87,7 @@ class _Connection(asyncio.Protocol):
         self.refused = False  # answered with an error: ignore the rest of the input, close once written
         self.timer: asyncio.TimerHandle | None = None
         self.url = b""
+        self.path = ""  # the URL's path, set once the headers are in
         self.headers: list[tuple[bytes, bytes]] = []
         self.body: list[bytes] = []
 
@@ -134,7 +135,7 @@ class _Connection(asyncio.Protocol):
         if self.refused:
             return
         method = self.parser.get_method()
-        path = self.url.split(b"?", 1)[0].decode("latin-1")
+        self.path = path = self.url.split(b"?", 1)[0].decode("latin-1")
         if method == b"GET":
             return
         if method != b"POST":
@@ -159,8 +160,7 @@ class _Connection(asyncio.Protocol):
     def on_message_complete(self) -> None:
         if self.refused:
             return
-        path = self.url.split(b"?", 1)[0].decode("latin-1")
-        self.queue.append(_Request(self.parser.get_method(), path, b"".join(self.body),
+        self.queue.append(_Request(self.parser.get_method(), self.path, b"".join(self.body),
                                    self.parser.should_keep_alive()))
         self.body = []
         if len(self.queue) >= _MAX_QUEUED and self.transport is not None:

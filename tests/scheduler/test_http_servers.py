@@ -8,7 +8,6 @@ import contextlib
 import json
 import socket
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -137,12 +136,10 @@ def test_a_slow_bind_does_not_hold_up_other_clients(serve: Callable[..., Any]) -
     binder.start()
     try:
         assert cluster.entered.wait(WAIT_S)
-        t0 = time.monotonic()
         assert get(server.url + "/healthz")[0] == 200  # answered while the bind waits on the API server
         status, _, result = post(server.url + "/filter", {"Pod": cluster.get_pod("default", "quick"),
                                                           "NodeNames": ["node-a"]})
         assert status == 200 and result["NodeNames"] == ["node-a"] and not cluster.go.is_set()
-        assert time.monotonic() - t0 < WAIT_S
     finally:
         cluster.go.set()
         binder.join(WAIT_S)
