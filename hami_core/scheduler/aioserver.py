@@ -33,7 +33,7 @@ from typing import Any
 import httptools
 
 from hami_core.scheduler.extender import Extender
-from hami_core.scheduler.routes import CLIENT_TIMEOUT_S, Reply, Routes, base_url, text, tls_context
+from hami_core.scheduler.routes import CLIENT_TIMEOUT_S, DRAIN_S, Reply, Routes, base_url, text, tls_context
 from hami_core.scheduler.webhook import Webhook
 
 __all__ = ["DECIDE_WORKERS", "DEFAULT_WORKERS", "AsyncSchedulerServer"]
@@ -169,7 +169,12 @@ class _Connection(asyncio.Protocol):
 
     # ------------------------------------------------------------------------------ replies
     def _next(self) -> None:
-        if self.busy or not self.queue or self.transport is None or self.transport.is_closing():
+        if self.busy or self.transport is None or self.transport.is_closing():
+            return
+        if self.server.draining:  # shutting down: answer nothing new
+            self.transport.close()
+            return
+        if not self.queue:
             return
         request = self.queue.popleft()
         if len(self.queue) < _MAX_QUEUED // 2:
@@ -286,6 +291,7 @@ class AsyncSchedulerServer:
         self._thread: threading.Thread | None = None
         self._stopped = threading.Event()
         self._closed = False
+        self.draining = False
 
     @property
     def address(self) -> tuple[str, int]:
@@ -306,16 +312,20 @@ class AsyncSchedulerServer:
         finally:
             self._stopped.set()
 
-    def shutdown(self) -> None:
-        """Stop accepting, drop open connections, stop the loop, close the socket. Idempotent."""
+    def shutdown(self, grace_s: float = DRAIN_S) -> None:
+        """Stop accepting, close idle connections, give requests being handled up to ``grace_s`` to answer
+        (kubelet sends SIGTERM with a grace period; a bind cut off mid-write is a retry for kube-scheduler),
+        then stop the loop and close everything. Idempotent, from any thread."""
         if self._closed:
             return
         self._closed = True
         if self.loop.is_running():
-            self.loop.call_soon_threadsafe(self._close_all)
+            drained = asyncio.run_coroutine_threadsafe(self._drain(grace_s), self.loop)
+            with contextlib.suppress(Exception):
+                drained.result(timeout=grace_s + 5)
             self._stopped.wait(timeout=5)
         else:
-            self._close_all()
+            self.loop.run_until_complete(self._drain(0))
         if self._thread is not None:
             self._thread.join(timeout=5)
         self.executor.shutdown(wait=False, cancel_futures=True)
@@ -323,12 +333,22 @@ class AsyncSchedulerServer:
         with contextlib.suppress(RuntimeError):  # still running: the loop thread did not stop in time
             self.loop.close()
 
-    def _close_all(self) -> None:
+    async def _drain(self, grace_s: float) -> None:
+        self.draining = True
         self._server.close()
+        deadline = self.loop.time() + grace_s
+        while True:
+            for connection in list(self.connections):
+                if not connection.busy:  # idle, or its reply just went out
+                    connection.close()
+            if not self.connections or self.loop.time() >= deadline:
+                break
+            await asyncio.sleep(0.02)
+        if self.connections:
+            log.warning("shutdown: %d requests still unanswered after %.0f s; dropping them",
+                        len(self.connections), grace_s)
         for connection in list(self.connections):
             connection.close()
+        await asyncio.sleep(0)  # one more turn lets the transports close their sockets
         if self.loop.is_running():
-            # One more turn lets the transports close their sockets before the loop stops.
             self.loop.call_soon(self.loop.stop)
-        else:
-            self.loop.run_until_complete(asyncio.sleep(0))

@@ -22,7 +22,7 @@ from typing import Any
 from hami_core.scheduler.extender import BadRequest, Extender
 from hami_core.scheduler.webhook import Webhook
 
-__all__ = ["CLIENT_TIMEOUT_S", "MAX_BODY", "MAX_DEPTH", "Reply", "Routes", "base_url", "text", "tls_context",
+__all__ = ["CLIENT_TIMEOUT_S", "DRAIN_S", "MAX_BODY", "MAX_DEPTH", "Reply", "Routes", "base_url", "text", "tls_context",
            "too_deep"]
 
 log = logging.getLogger("hami.scheduler.server")
@@ -32,6 +32,8 @@ MAX_BODY = 1 << 20
 MAX_DEPTH = 64
 #: How long a connection may stay silent (request line, headers, body, or idle keep-alive) before it is dropped.
 CLIENT_TIMEOUT_S = 60.0
+#: How long shutdown waits for requests already being handled (a bind waiting on the API server) to answer.
+DRAIN_S = 10.0
 _DIGITS = frozenset("0123456789")
 _JSON = "application/json"
 _TEXT = "text/plain"

@@ -20,6 +20,7 @@ from typing import Any
 from hami_core.scheduler.extender import Extender
 from hami_core.scheduler.routes import (
     CLIENT_TIMEOUT_S,
+    DRAIN_S,
     MAX_BODY,
     MAX_DEPTH,
     Reply,
@@ -53,6 +54,12 @@ class _Server(ThreadingHTTPServer):
     ssl_context: ssl.SSLContext | None = None
     client_timeout_s: float = CLIENT_TIMEOUT_S
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._open: set[socket.socket] = set()
+        self._open_lock = threading.Condition()
+        self._ending = False
+
     def finish_request(self, request: Any, client_address: Any) -> None:
         if self.ssl_context is not None:
             try:
@@ -62,11 +69,45 @@ class _Server(ThreadingHTTPServer):
                 log.debug("TLS handshake with %s failed: %s", client_address, exc)
                 return
             try:
-                super().finish_request(request, client_address)
+                self._serve_connection(request, client_address)
             finally:
                 self.shutdown_request(request)
             return
-        super().finish_request(request, client_address)
+        self._serve_connection(request, client_address)
+
+    def _serve_connection(self, request: Any, client_address: Any) -> None:
+        with self._open_lock:
+            self._open.add(request)
+            ending = self._ending
+        if ending:  # accepted just before shutdown, registered just after end_connections looked
+            self._end(request)
+        try:
+            super().finish_request(request, client_address)
+        finally:
+            with self._open_lock:
+                self._open.discard(request)
+                self._open_lock.notify_all()
+
+    def end_connections(self) -> None:
+        """Shut the reading half of every open connection: an idle keep-alive client is closed at once (its
+        handler reads end of stream), a request being handled still writes its reply and then closes."""
+        with self._open_lock:
+            self._ending = True
+            open_now = list(self._open)
+        for connection in open_now:
+            self._end(connection)
+
+    def wait_ended(self, timeout_s: float) -> bool:
+        """Wait until every connection has closed (its last reply written); False if some are still open."""
+        with self._open_lock:
+            return self._open_lock.wait_for(lambda: not self._open, timeout_s)
+
+    @staticmethod
+    def _end(connection: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            # The plain socket's shutdown: SSLSocket.shutdown would drop the TLS session under a reply still
+            # being written.
+            socket.socket.shutdown(connection, socket.SHUT_RD)
 
     def shutdown_request(self, request: Any) -> None:
         with contextlib.suppress(OSError):
@@ -117,15 +158,20 @@ class SchedulerServer:
         self._started = True
         self.httpd.serve_forever()
 
-    def shutdown(self) -> None:
-        """Stop accepting, finish the loop, close the socket. Idempotent; a server never started just closes
-        (``socketserver``'s shutdown would wait forever for a loop that never ran)."""
+    def shutdown(self, grace_s: float = DRAIN_S) -> None:
+        """Stop accepting, close idle connections, give requests being handled up to ``grace_s`` to answer
+        (kubelet sends SIGTERM with a grace period; a bind cut off mid-write is a retry for kube-scheduler).
+        Idempotent; a server never started just closes (``socketserver``'s shutdown would wait forever for a
+        loop that never ran)."""
         if self._closed:
             return
         self._closed = True
         if self._started:
             self.httpd.shutdown()
         self.httpd.server_close()
+        self.httpd.end_connections()
+        if not self.httpd.wait_ended(grace_s):
+            log.warning("shutdown: requests still unanswered after %.0f s; leaving them", grace_s)
         if self._thread is not None:
             self._thread.join(timeout=5)
 

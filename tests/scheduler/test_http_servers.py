@@ -1,10 +1,10 @@
 """Connection handling of both scheduler HTTP servers (``asyncio``, the default, and ``threaded``) over raw
 sockets: pipelined requests, HTTP/1.0, ``Expect: 100-continue``, unsupported methods, a slow bind not holding
-up other clients, a busy port, and shutdown. The body limits and TLS are in tests/security."""
+up other clients, a busy port, and shutdown (idle connections closed, requests in flight answered within a grace
+period). The body limits and TLS are in tests/security."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import socket
 import threading
@@ -158,13 +158,66 @@ def test_a_busy_port_fails_in_the_constructor(serve: Callable[..., Any]) -> None
 def test_shutdown_stops_serving_and_is_idempotent(serve: Callable[..., Any]) -> None:
     server = serve()
     address = server.address
-    with socket.create_connection(address, timeout=WAIT_S) as idle:  # an idle keep-alive client
+    with socket.create_connection(address, timeout=WAIT_S) as idle:  # a keep-alive client, surely accepted
+        idle.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        [(status, _, _)] = _read_replies(idle, 1)
+        assert status == 200
         server.shutdown()
         server.shutdown()
-        with contextlib.suppress(ConnectionResetError):  # reset if it was still in the accept queue
-            assert idle.recv(1) == b""  # else closed
+        assert idle.recv(1) == b""  # closed by the server, not left to the client timeout
     with pytest.raises(OSError):
         socket.create_connection(address, timeout=2).close()
+
+
+def _hold_a_bind(serve: Callable[..., Any]) -> tuple[Any, SlowBindCluster, threading.Thread, dict[str, Any]]:
+    cluster = SlowBindCluster(nodes=[nvidia_node("node-a")], pods=[gpu_pod("slow")])
+    server = serve(cluster)
+    status, _, _ = post(server.url + "/filter", {"Pod": cluster.get_pod("default", "slow"), "NodeNames": ["node-a"]})
+    assert status == 200
+    outcome: dict[str, Any] = {}
+
+    def bind() -> None:
+        try:
+            outcome["bind"] = post(server.url + "/bind", {"PodName": "slow", "PodNamespace": "default",
+                                                         "PodUID": "uid-default-slow", "Node": "node-a"})
+        except OSError as exc:
+            outcome["error"] = exc
+
+    binder = threading.Thread(target=bind)
+    binder.start()
+    assert cluster.entered.wait(WAIT_S)
+    return server, cluster, binder, outcome
+
+
+def test_shutdown_lets_a_request_in_flight_answer(serve: Callable[..., Any]) -> None:
+    """SIGTERM while kube-scheduler waits on a bind: the bind's reply still reaches it, then the server stops."""
+    server, cluster, binder, outcome = _hold_a_bind(serve)
+    stopper = threading.Thread(target=server.shutdown)
+    stopper.start()
+    with pytest.raises(OSError):  # the listening socket closes at once, before the bind is answered
+        for _ in range(200):
+            socket.create_connection(server.address, timeout=2).close()
+            threading.Event().wait(0.01)
+    assert stopper.is_alive()  # waiting for the bind
+    cluster.go.set()
+    binder.join(WAIT_S)
+    stopper.join(WAIT_S)
+    assert not stopper.is_alive()
+    assert outcome["bind"][0] == 200 and not outcome["bind"][2]["Error"]
+    assert cluster.get_pod("default", "slow")["spec"]["nodeName"] == "node-a"
+
+
+def test_shutdown_gives_up_on_a_request_after_the_grace_period(serve: Callable[..., Any]) -> None:
+    server, cluster, binder, _ = _hold_a_bind(serve)
+    try:
+        stopper = threading.Thread(target=server.shutdown, kwargs={"grace_s": 0.2})
+        stopper.start()
+        stopper.join(WAIT_S)
+        assert not stopper.is_alive()  # returned with the bind still held by the API server
+        assert not cluster.go.is_set()
+    finally:
+        cluster.go.set()
+        binder.join(WAIT_S)
 
 
 def test_serve_forever_returns_when_shut_down_from_another_thread() -> None:
@@ -242,7 +295,7 @@ def test_binds_waiting_on_the_api_server_do_not_hold_up_filters_or_admission() -
             binders.append(threading.Thread(target=post, args=(server.url + "/bind", {
                 "PodName": name, "PodNamespace": "default", "Node": "node-a"})))
             binders[-1].start()
-        assert cluster.entered.wait(WAIT_S)
+            assert cluster.entered.wait(WAIT_S)  # b1 is in before b2 is sent: b2 must not take the lock first
         status, _, result = post(server.url + "/filter", {"Pod": cluster.get_pod("default", "quick"),
                                                           "NodeNames": ["node-a"]})
         assert status == 200 and result["NodeNames"] == ["node-a"]
