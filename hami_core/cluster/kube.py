@@ -32,6 +32,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from hami_core.cluster.base import ConflictError, NotFoundError, WatchHandler
+from hami_core.cluster.events import EventRecorder
 from hami_core.plugins.errors import HamiError, TemporaryError
 
 log = logging.getLogger("hami.cluster.kube")
@@ -148,6 +149,10 @@ class KubeCluster:
         self.core = client.CoreV1Api(api_client)
         self.component = component
         self.limiter = TokenBucket(qps, burst)
+        # Events go out from their own thread with their own bucket (kube-scheduler gives its event client a
+        # client of its own too): they never wait on, or take tokens from, decisions and binds.
+        self.event_limiter = TokenBucket(qps, burst)
+        self.events = EventRecorder(self._post_event, name="hami-events")
         self.resync_s = resync_s
         self.request_timeout_s = request_timeout_s
         self.watch_timeout_s = int(watch_timeout_s)
@@ -158,9 +163,10 @@ class KubeCluster:
         self._reflectors: list[_Reflector] = []
 
     # ------------------------------------------------------------------------------------ plumbing
-    def _call(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    def _call(self, what: str, fn: Callable[..., Any], *args: Any, limiter: TokenBucket | None = None,
+              **kwargs: Any) -> Any:
         """Rate-limit, call ``fn(..., _preload_content=False)``, decode the JSON body, translate errors."""
-        self.limiter.acquire()
+        (limiter or self.limiter).acquire()
         kwargs.setdefault("_request_timeout", self.request_timeout_s)
         try:
             resp = fn(*args, _preload_content=False, **kwargs)
@@ -230,24 +236,31 @@ class KubeCluster:
                    name, namespace, body)
 
     def event(self, obj: Mapping[str, Any], event_type: str, reason: str, message: str) -> None:
-        """Record a core/v1 Event about ``obj`` (``Normal`` or ``Warning``); never raises (failures are logged)."""
-        try:
-            meta = obj.get("metadata") or {}
-            namespace = meta.get("namespace") or "default"
-            now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-            involved = {"kind": obj.get("kind") or "Pod", "apiVersion": obj.get("apiVersion") or "v1",
-                        "name": meta.get("name"), "namespace": meta.get("namespace"), "uid": meta.get("uid"),
-                        "resourceVersion": meta.get("resourceVersion")}
-            body = {"apiVersion": "v1", "kind": "Event",
-                    "metadata": {"generateName": f"{meta.get('name') or 'object'}.", "namespace": namespace},
-                    "involvedObject": {k: v for k, v in involved.items() if v},
-                    "reason": reason, "message": message, "type": event_type,
-                    "source": {"component": self.component},
-                    "firstTimestamp": now, "lastTimestamp": now, "count": 1,
-                    "reportingComponent": self.component}
-            self._call(f"create event {reason} in {namespace}", self.core.create_namespaced_event, namespace, body)
-        except Exception as exc:
-            log.warning("could not record event %s %s: %s", event_type, reason, exc)
+        """Record a core/v1 Event about ``obj`` (``Normal`` or ``Warning``). Never blocks and never raises: the
+        Event is queued and posted by a background thread (:class:`~hami_core.cluster.events.EventRecorder`;
+        failures are logged there). :meth:`flush_events` waits for the queue."""
+        meta = obj.get("metadata") or {}
+        namespace = meta.get("namespace") or "default"
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        involved = {"kind": obj.get("kind") or "Pod", "apiVersion": obj.get("apiVersion") or "v1",
+                    "name": meta.get("name"), "namespace": meta.get("namespace"), "uid": meta.get("uid"),
+                    "resourceVersion": meta.get("resourceVersion")}
+        self.events.record({"apiVersion": "v1", "kind": "Event",
+                            "metadata": {"generateName": f"{meta.get('name') or 'object'}.", "namespace": namespace},
+                            "involvedObject": {k: v for k, v in involved.items() if v},
+                            "reason": reason, "message": message, "type": event_type,
+                            "source": {"component": self.component},
+                            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+                            "reportingComponent": self.component})
+
+    def _post_event(self, body: dict[str, Any]) -> None:
+        namespace = body["metadata"]["namespace"]
+        self._call(f"create event {body['reason']} in {namespace}", self.core.create_namespaced_event, namespace,
+                   body, limiter=self.event_limiter)
+
+    def flush_events(self, timeout_s: float = 10.0) -> bool:
+        """Wait until the Events recorded so far were posted (or failed); False on timeout."""
+        return self.events.flush(timeout_s)
 
     def watch(self, on_node: WatchHandler, on_pod: WatchHandler) -> None:
         """Start the Node and Pod reflector threads; return once both initial lists were delivered (``ADDED``)
@@ -268,7 +281,9 @@ class KubeCluster:
         return all(r.synced.is_set() for r in self._reflectors)
 
     def close(self) -> None:
-        """Stop the watch threads (waits up to a few seconds for them) and release connections."""
+        """Post the Events still queued (a few seconds at most), stop the watch threads (waits up to a few
+        seconds for them) and release connections."""
+        self.events.close()
         self._stop.set()
         for r in self._reflectors:
             r.interrupt()

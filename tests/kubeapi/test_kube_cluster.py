@@ -90,6 +90,7 @@ def test_bind_sets_node_name_and_conflicts(server: FakeApiServer, kc: KubeCluste
 def test_event_recorded_and_never_raises(server: FakeApiServer, kc: KubeCluster) -> None:
     p = server.create("pods", "ns1", pod("p", "ns1"))
     kc.event(p, "Warning", "FilteringFailed", "no node fits")
+    assert kc.flush_events(5)
     events = list(server.objects("events").values())
     assert len(events) == 1
     ev = events[0]
@@ -97,8 +98,26 @@ def test_event_recorded_and_never_raises(server: FakeApiServer, kc: KubeCluster)
     assert ev["source"] == {"component": "hami-scheduler"} and ev["count"] == 1
     assert ev["involvedObject"]["name"] == "p" and ev["involvedObject"]["uid"] == p["metadata"]["uid"]
     assert ev["metadata"]["namespace"] == "ns1" and ev["firstTimestamp"] and ev["lastTimestamp"]
+    server.inject("POST", "/events", status=500, count=None)
+    kc.event(p, "Normal", "BindingSucceed", "ok")  # refused: logged by the recorder's thread, not raised
+    assert kc.flush_events(10) and kc.events.failed == 1 and kc.events.posted == 1
     server.stop()
-    kc.event(p, "Normal", "BindingSucceed", "ok")  # server gone: logged, not raised
+    kc.event(p, "Normal", "BindingSucceed", "ok")  # server gone: the same
+    assert kc.flush_events(10) and kc.events.posted == 1
+
+
+def test_events_have_their_own_rate_limiter(server: FakeApiServer, api_client: Any) -> None:
+    """An Event takes no token from the bucket that reads and writes wait on (kube-scheduler's event client has
+    its own): after a burst of events, the next read still goes at once."""
+    p = server.create("pods", "default", pod("p"))
+    kc = KubeCluster(api_client=api_client, qps=0.5, burst=1)
+    for i in range(3):
+        kc.event(p, "Normal", "BindingSucceed", f"ok {i}")
+    assert kc.limiter.acquire() == 0  # the only token of the main bucket is still there
+    assert not kc.flush_events(0.2)  # the third event waits ~2 s for a token of the events bucket
+    assert kc.flush_events(10)
+    assert sorted(e["message"] for e in server.objects("events").values()) == ["ok 0", "ok 1", "ok 2"]
+    kc.close()
 
 
 def test_other_errors_are_one_line_hami_errors(server: FakeApiServer, kc: KubeCluster) -> None:

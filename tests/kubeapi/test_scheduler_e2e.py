@@ -64,6 +64,7 @@ def test_filter_bind_and_restart_through_the_official_client(server: Any, api_cl
         assert after["metadata"]["annotations"][keys.BIND_PHASE] == "allocating"
         lock = server.get("nodes", "", "gpu-1")["metadata"]["annotations"][keys.NODE_LOCK]
         assert lock.endswith(",default,train-0")
+        assert svc.cluster.flush_events(10)  # posted from a background thread
         reasons = {e["reason"] for e in server.list("events", "default")[0]}
         assert {"FilteringSucceed", "BindingSucceed"} <= reasons
         before = _usage(svc)

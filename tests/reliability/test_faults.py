@@ -75,7 +75,8 @@ def _bound_on_its_devices(server: FakeApiServer, name: str, node: str) -> None:
     assert keys.NODE_LOCK not in annotations(server.get("nodes", "", node))  # released by Allocate
 
 
-def _events(server: FakeApiServer, reason: str) -> list[str]:
+def _events(server: FakeApiServer, svc: Scheduler, reason: str) -> list[str]:
+    assert svc.cluster.flush_events(20.0)  # events are posted from a background thread
     return [e["message"] for e in server.list("events", "default")[0] if e["reason"] == reason]
 
 
@@ -107,7 +108,7 @@ def test_a_write_that_always_fails_leaves_the_pod_pending_with_an_event(server: 
         assert outcome.pending and not outcome.bound
         stored = server.get("pods", "default", "p")
         assert not stored["spec"].get("nodeName")
-        failed = _events(server, "FilteringFailed" if write == "pod allocation patch" else "BindingFailed")
+        failed = _events(server, svc, "FilteringFailed" if write == "pod allocation patch" else "BindingFailed")
         assert failed and all("HTTP 500" in m for m in failed), failed
         assert keys.NODE_LOCK not in annotations(server.get("nodes", "", "n1"))
         server.clear_faults()
@@ -235,7 +236,7 @@ def test_node_deleted_with_a_lock_on_it(server: FakeApiServer) -> None:
         result = svc.extender.bind({"PodName": "late", "PodNamespace": "default", "PodUID": late["metadata"]["uid"],
                                     "Node": "n1"})
         assert "not found" in result["Error"]
-        assert _events(server, "BindingFailed") == ["failed to get node n1"]
+        assert _events(server, svc, "BindingFailed") == ["failed to get node n1"]
         assert wait_until(lambda: "n1" not in svc.engine.nodes)
         # kube-scheduler's next cycle puts it elsewhere; the re-created node (no lock) takes pods again
         assert Driver([svc], dp, ["n1", "n2"]).run([late], threads=1).bound == {"late": "n2"}
