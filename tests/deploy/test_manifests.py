@@ -309,6 +309,22 @@ def _kube_methods() -> dict[str, set[tuple[str, str]]]:
                     and n.args and isinstance(n.args[0], ast.Constant)):
                 perms.add((RESOURCE[str(n.args[0].value).lower()], "list"))
         out[fn.name] = perms
+    # A method handed to a helper in __init__ (``self.events = EventRecorder(self._post_event)``) runs on behalf of
+    # every method that uses that helper (``event`` queues, the recorder's thread calls ``_post_event``).
+    init = next(fn for fn in cls.body if isinstance(fn, ast.FunctionDef) and fn.name == "__init__")
+    wired: dict[str, set[str]] = {}
+    for n in ast.walk(init):
+        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call):
+            handed = {a.attr for a in ast.walk(n.value) if isinstance(a, ast.Attribute) and a.attr in out}
+            for target in n.targets:
+                if isinstance(target, ast.Attribute) and handed:
+                    wired.setdefault(target.attr, set()).update(handed)
+    for fn in cls.body:
+        if isinstance(fn, ast.FunctionDef) and fn.name != "__init__":
+            for n in ast.walk(fn):
+                if isinstance(n, ast.Attribute) and n.attr in wired:
+                    for handed in wired[n.attr]:
+                        out[fn.name] |= out[handed]
     out["watch"] = {(r, v) for r, _ in out["_list"] for v in ("list", "watch")}
     return out
 
@@ -334,6 +350,7 @@ def _granted(role_kind: str, name: str) -> set[tuple[str, str]]:
 def test_rbac_derivation_sees_the_client_calls() -> None:
     methods = _kube_methods()
     assert methods["bind"] == {("pods/binding", "create")}
+    assert methods["event"] == {("events", "create")}  # queued; the recorder's thread posts it
     assert ("pods", "watch") in methods["watch"]
 
 
