@@ -28,6 +28,7 @@ from hami_core.wire.quantity import quantity_to_int
 log = logging.getLogger("hami.engine.quota")
 
 LIMITS_PREFIX = "limits."
+_UNNAMED = ("", "")
 
 __all__ = ["QuotaCache", "QuotaUsage", "quota_ref"]
 
@@ -130,13 +131,19 @@ class QuotaCache:
     def charge(self, key: str, namespace: str, devices: Mapping[str, tuple[ContainerDevice, ...]]) -> None:
         """Charge ``namespace`` what a pod's booking holds, replacing any earlier charge of the pod."""
         amounts: dict[str, int] = {}
+        names = self._names
         for backend, devs in devices.items():
-            mem_name, core_name = self._names.get(backend, ("", ""))
+            mem_name, core_name = names.get(backend, _UNNAMED)
+            mem = cores = 0
+            for d in devs:
+                mem += d.usedmem
+                cores += d.usedcores
             if mem_name:
-                amounts[mem_name] = amounts.get(mem_name, 0) + sum(d.usedmem for d in devs)
+                amounts[mem_name] = amounts.get(mem_name, 0) + mem
             if core_name:
-                amounts[core_name] = amounts.get(core_name, 0) + sum(d.usedcores for d in devs)
-        self.release(key)
+                amounts[core_name] = amounts.get(core_name, 0) + cores
+        if key in self._charges:
+            self.release(key)
         if amounts:
             self._charges[key] = (namespace, amounts)
             used = self._used
