@@ -67,5 +67,16 @@ class Cluster(Protocol):
         """Deliver every current Node and Pod as ``ADDED``, then changes as they happen, until :meth:`close`."""
         ...
 
+    def list_resource_quotas(self) -> list[dict[str, Any]]:
+        """Every ResourceQuota in every namespace (spec §11)."""
+        ...
+
+    def watch_resource_quotas(self, on_quota: WatchHandler) -> None:
+        """Deliver every current ResourceQuota as ``ADDED``, then changes as they happen, until :meth:`close`.
+
+        Optional for a cluster: without it the scheduler enforces no quota (and says so at start).
+        """
+        ...
+
     def close(self) -> None:
         ...

@@ -10,7 +10,8 @@ carries ``metadata.resourceVersion`` is a compare-and-swap. HTTP 404 becomes :cl
 refused or reset, response lost) a :class:`TemporaryError`: a write may then have been applied, so re-read before
 retrying. Every request first takes a token from a client-side ``qps``/``burst`` token bucket.
 
-:meth:`KubeCluster.watch` runs one daemon thread per resource (Nodes, Pods), each a small reflector: LIST, deliver
+:meth:`KubeCluster.watch` runs one daemon thread per resource (Nodes, Pods; ResourceQuotas with
+:meth:`KubeCluster.watch_resource_quotas`), each a small reflector: LIST, deliver
 ``ADDED`` for everything listed, WATCH from the list's resourceVersion and deliver events as they come. A clean
 end of the stream re-watches from the last version seen; a broken stream, any watch error, or ``410 Gone`` /
 "too old resource version" relists with backoff, delivering ``DELETED`` for objects that disappeared, ``ADDED``
@@ -196,7 +197,12 @@ class KubeCluster:
                                       namespace), "Pod")
 
     def _list(self, kind: str) -> tuple[list[dict[str, Any]], str]:
-        fn = self.core.list_node if kind == "Node" else self.core.list_pod_for_all_namespaces
+        if kind == "Node":
+            fn = self.core.list_node
+        elif kind == "Pod":
+            fn = self.core.list_pod_for_all_namespaces
+        else:
+            fn = self.core.list_resource_quota_for_all_namespaces
         body = self._call(f"list {kind.lower()}s", fn)
         items = [self._typed(item, kind) for item in body.get("items") or []]
         return items, str((body.get("metadata") or {}).get("resourceVersion") or "")
@@ -208,6 +214,10 @@ class KubeCluster:
     def list_pods(self) -> list[dict[str, Any]]:
         """All Pods in all namespaces."""
         return self._list("Pod")[0]
+
+    def list_resource_quotas(self) -> list[dict[str, Any]]:
+        """All ResourceQuotas in all namespaces."""
+        return self._list("ResourceQuota")[0]
 
     def pods_on_node(self, node: str) -> list[dict[str, Any]]:
         """Pods bound to ``node``: one LIST with ``fieldSelector=spec.nodeName=<node>``."""
@@ -275,6 +285,17 @@ class KubeCluster:
             if not r.synced.wait(max(0.0, deadline - time.monotonic())):
                 log.warning("%s watch has not completed its initial list after %.0f s; continuing in the "
                             "background", r.kind, self.sync_timeout_s)
+
+    def watch_resource_quotas(self, on_quota: WatchHandler) -> None:
+        """Start the ResourceQuota reflector thread (same LIST/WATCH/relist rules as :meth:`watch`); return once its
+        initial list was delivered or ``sync_timeout_s`` passed."""
+        self._stop.clear()
+        reflector = _Reflector(self, "ResourceQuota", on_quota)
+        self._reflectors.append(reflector)
+        reflector.start()
+        if not reflector.synced.wait(self.sync_timeout_s):
+            log.warning("ResourceQuota watch has not completed its initial list after %.0f s; continuing in the "
+                        "background", self.sync_timeout_s)
 
     def has_synced(self) -> bool:
         """Whether every started watch has delivered its initial list."""
@@ -373,7 +394,12 @@ class _Reflector(threading.Thread):
         from kubernetes.client.exceptions import ApiException
 
         cluster = self.cluster
-        fn = cluster.core.list_node if self.kind == "Node" else cluster.core.list_pod_for_all_namespaces
+        if self.kind == "Node":
+            fn = cluster.core.list_node
+        elif self.kind == "Pod":
+            fn = cluster.core.list_pod_for_all_namespaces
+        else:
+            fn = cluster.core.list_resource_quota_for_all_namespaces
         cluster.limiter.acquire()
         try:
             resp = fn(watch=True, resource_version=rv, timeout_seconds=timeout_s, allow_watch_bookmarks=True,

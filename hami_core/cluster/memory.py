@@ -1,5 +1,6 @@
-"""An in-process cluster: Nodes, Pods and Events in memory, behind the :class:`~hami_core.cluster.base.Cluster`
-interface, with resourceVersions, compare-and-swap patches and watches, as the API server has them.
+"""An in-process cluster: Nodes, Pods, ResourceQuotas and Events in memory, behind the
+:class:`~hami_core.cluster.base.Cluster` interface, with resourceVersions, compare-and-swap patches and watches, as
+the API server has them.
 
 ``hami scheduler --cluster-file cluster.yaml`` serves the real extender and webhook on top of it with no
 Kubernetes at all.
@@ -49,9 +50,10 @@ def merge_patch(target: dict[str, Any], patch: Mapping[str, Any]) -> dict[str, A
 
 
 class MemoryCluster:
-    """A thread-safe store of Nodes and Pods (and recorded Events) implementing ``Cluster``."""
+    """A thread-safe store of Nodes, Pods and ResourceQuotas (and recorded Events) implementing ``Cluster``."""
 
-    def __init__(self, nodes: Iterable[Mapping[str, Any]] = (), pods: Iterable[Mapping[str, Any]] = ()) -> None:
+    def __init__(self, nodes: Iterable[Mapping[str, Any]] = (), pods: Iterable[Mapping[str, Any]] = (),
+                 quotas: Iterable[Mapping[str, Any]] = ()) -> None:
         self._lock = threading.RLock()
         self._rv = itertools.count(1)
         self.nodes: dict[str, dict[str, Any]] = {}
@@ -60,21 +62,27 @@ class MemoryCluster:
         self._by_node: dict[str, set[tuple[str, str]]] = {}
         self.events: list[dict[str, Any]] = []
         self._watchers: list[tuple[WatchHandler, WatchHandler]] = []
+        #: (namespace, name) → ResourceQuota
+        self.quotas: dict[tuple[str, str], dict[str, Any]] = {}
+        self._quota_watchers: list[WatchHandler] = []
         for node in nodes:
             self.add_node(node)
         for pod in pods:
             self.add_pod(pod)
+        for quota in quotas:
+            self.add_quota(quota)
 
     @classmethod
     def from_file(cls, path: str | Path) -> MemoryCluster:
-        """Nodes and Pods from one YAML file (multi-document or ``kind: List``); other kinds are ignored."""
+        """Nodes, Pods and ResourceQuotas from one YAML file (multi-document or ``kind: List``); other kinds are
+        ignored."""
         try:
             docs = list(yaml.safe_load_all(Path(path).read_text(encoding="utf-8")))
         except OSError as exc:
             raise HamiError(f"cannot read cluster file {path}: {exc.strerror or exc}") from None
         except yaml.YAMLError as exc:
             raise HamiError(f"cluster file {path} is not valid YAML: {exc}") from None
-        nodes, pods = [], []
+        nodes, pods, quotas = [], [], []
         for i, doc in enumerate(docs):
             items = doc.get("items") if isinstance(doc, dict) and doc.get("kind") == "List" else [doc]
             for obj in items or []:
@@ -86,7 +94,9 @@ class MemoryCluster:
                     nodes.append(obj)
                 elif obj.get("kind") == "Pod":
                     pods.append(obj)
-        return cls(nodes, pods)
+                elif obj.get("kind") == "ResourceQuota":
+                    quotas.append(obj)
+        return cls(nodes, pods, quotas)
 
     # ------------------------------------------------------------------------------------ writes
     def _stamp(self, obj: dict[str, Any]) -> dict[str, Any]:
@@ -127,6 +137,28 @@ class MemoryCluster:
                 raise NotFoundError(f"pods {namespace}/{name} not found")
             self._reindex((namespace, name), obj, None)
             self._notify("Pod", "DELETED", obj)
+
+    def add_quota(self, quota: Mapping[str, Any]) -> dict[str, Any]:
+        """Create or replace a ResourceQuota (namespace defaults to ``default``)."""
+        obj = self._stamp(clone(dict(quota)))
+        obj.setdefault("kind", "ResourceQuota")
+        meta = obj["metadata"]
+        meta.setdefault("namespace", "default")
+        key = (meta["namespace"], meta["name"])
+        with self._lock:
+            event = "MODIFIED" if key in self.quotas else "ADDED"
+            self.quotas[key] = obj
+            for on_quota in list(self._quota_watchers):
+                on_quota(event, clone(obj))
+        return clone(obj)
+
+    def delete_quota(self, namespace: str, name: str) -> None:
+        with self._lock:
+            obj = self.quotas.pop((namespace, name), None)
+            if obj is None:
+                raise NotFoundError(f"resourcequotas {namespace}/{name} not found")
+            for on_quota in list(self._quota_watchers):
+                on_quota("DELETED", clone(obj))
 
     def delete_node(self, name: str) -> None:
         with self._lock:
@@ -225,6 +257,17 @@ class MemoryCluster:
                 on_pod("ADDED", clone(pod))
             self._watchers.append((on_node, on_pod))
 
+    def list_resource_quotas(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [clone(q) for _, q in sorted(self.quotas.items())]
+
+    def watch_resource_quotas(self, on_quota: WatchHandler) -> None:
+        with self._lock:
+            for quota in self.quotas.values():
+                on_quota("ADDED", clone(quota))
+            self._quota_watchers.append(on_quota)
+
     def close(self) -> None:
         with self._lock:
             self._watchers.clear()
+            self._quota_watchers.clear()

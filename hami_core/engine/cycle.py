@@ -28,6 +28,7 @@ from hami_core.plugins.types import (
     GpuPolicy,
     NodeBatch,
     NodeScore,
+    QuotaView,
     ScoreCandidate,
     UsageTotals,
 )
@@ -45,7 +46,7 @@ class Cycle:
     def __init__(self, *, hook: Any, backends: Mapping[str, DeviceBackend], pod: Mapping[str, Any], key: str,
                  requests: ContainerRequests, policy: GpuPolicy, own: Booking | None,
                  shapes: Sequence[Shape] = (), workload: Workload | None = None,
-                 host_need: tuple[int, int] = (0, 0)) -> None:
+                 host_need: tuple[int, int] = (0, 0), quota: QuotaView | None = None) -> None:
         self.hook = hook
         self.backends = backends
         self.pod = pod
@@ -54,6 +55,8 @@ class Cycle:
         self.policy = policy
         self.own = own
         self.failed: dict[str, str] = {}
+        # The pod's namespace quota (None: nothing limited there), re-issued per container for the filter hook.
+        self.quota = quota
         # GPU policy "fgd": devices ordered by fragmentation growth under the workload mix.
         self.workload = workload if policy.has("fgd") and workload is not None and workload.classes else None
         self.host_need = host_need
@@ -151,8 +154,12 @@ class Cycle:
             offered.append(state)
         if not candidates:
             return []
+        quota = self.quota
+        if quota is not None:
+            quota = (QuotaView(quota.namespace, quota.entries, pos, self.requests.init_count)
+                     if quota.limited(backend.resource_names) else None)
         results = self.hook.hami_filter_nodes(backend=backend, pod=self.pod, request=request, candidates=candidates,
-                                              policy=self.policy)
+                                              policy=self.policy, quota=quota)
         if results is None:
             for state in offered:
                 self.failed[state.name] = DEVICE_TYPE_NOT_FOUND

@@ -37,10 +37,11 @@ from hami_core.engine.pods import (
     pod_ref,
 )
 from hami_core.engine.policy import effective_policy
+from hami_core.engine.quota import QuotaCache, QuotaUsage
 from hami_core.engine.requests import pod_requests
 from hami_core.engine.table import NodeTable
 from hami_core.engine.workload import WorkloadModel, pod_shapes
-from hami_core.plugins.errors import ConfigError, HamiError, PluginError, WireFormatError
+from hami_core.plugins.errors import AdmissionDenied, ConfigError, HamiError, PluginError, WireFormatError
 from hami_core.plugins.types import (
     ContainerRequests,
     DeviceBackend,
@@ -109,7 +110,9 @@ class Engine:
                               f"{', '.join(sorted(node_policies))}")
         self.nodes: dict[str, NodeState] = {}
         self.table = NodeTable()
-        self.ledger = Ledger()
+        #: ResourceQuota limits and the usage the ledger books against them (spec §11)
+        self.quotas = QuotaCache(self._backend_list)
+        self.ledger = Ledger(self.quotas)
         self._health_state: dict[str, dict[str, Any]] = {name: {} for name in self.backends}
         # pod key → node it quarantined (undecodable allocation)
         self._quarantined_by: dict[str, str] = {}
@@ -367,18 +370,78 @@ class Engine:
             state.quarantine.pop(key, None)
             self.table.dirty.add(state.row)
 
+    # ------------------------------------------------------------------------------- quota
+    def upsert_quota(self, quota: Mapping[str, Any]) -> None:
+        """Add or update a ResourceQuota (Kubernetes JSON): its ``limits.<memory or core resource>`` entries limit
+        what pods of its namespace may book (spec §11). A quantity that is not an exact integer is ignored with a
+        warning naming the object and the key."""
+        self.quotas.upsert(quota)
+
+    def remove_quota(self, quota: Mapping[str, Any]) -> None:
+        """Forget a deleted ResourceQuota's limits (usage booked in the namespace is kept)."""
+        self.quotas.remove(quota)
+
+    def quota_usage(self) -> list[QuotaUsage]:
+        """Per namespace and resource: booked usage and the limit in force (``None``: none), for metrics."""
+        return self.quotas.usage()
+
+    def _check_admission_quota(self, pod: Mapping[str, Any], namespace: str) -> None:
+        """HAMi's admission pre-check (spec §11.3): the pod's request alone must fit its namespace's quota.
+
+        Per backend: the app containers' ``memreq x nums`` (resp. ``coresreq x nums``) summed, the init containers'
+        peak, the larger of the two; a memory given only as a percentage counts 0 here (its size depends on the
+        card). Denied "exceeding resource quota".
+        """
+        view = self.quotas.view(namespace)
+        if view is None:
+            return
+        requests = self.requests(pod)
+        for backend in self._backend_list:
+            names = backend.resource_names
+            if not view.limited(names):
+                continue
+            app_mem = app_cores = init_mem = init_cores = 0
+            for pos, container in enumerate(requests.containers):
+                req = container.get(backend.name)
+                if req is None:
+                    continue
+                mem, cores = req.memreq * req.nums, req.coresreq * req.nums
+                if requests.is_init(pos):
+                    init_mem, init_cores = max(init_mem, mem), max(init_cores, cores)
+                else:
+                    app_mem, app_cores = app_mem + mem, app_cores + cores
+            mem, cores = max(app_mem, init_mem), max(app_cores, init_cores)
+            if (mem or cores) and not view.fits(names, mem, cores):
+                log.info("pod %s denied: %s would exceed the ResourceQuota of namespace %s (memory %d, cores %d)",
+                         pod_ref(pod), backend.name, namespace, mem, cores)
+                raise AdmissionDenied("exceeding resource quota")
+
     # ------------------------------------------------------------------------------- decisions
     def requests(self, pod: Mapping[str, Any]) -> ContainerRequests:
         """Every container's device requests (init containers first)."""
         return pod_requests(self.hook, self._backend_list, pod)
 
-    def admit(self, pod: Mapping[str, Any]) -> dict[str, Any]:
-        """The pod as HAMi's mutating webhook would admit it (defaults, scheduler name).
+    def admit(self, pod: Mapping[str, Any], *, namespace: str | None = None) -> dict[str, Any]:
+        """The pod as HAMi's mutating webhook would admit it (defaults, scheduler name, quota pre-check).
 
         Raises :class:`~hami_core.plugins.errors.AdmissionDenied` or ``AdmissionFailed`` as the webhook
-        would refuse it. The input is not modified.
+        would refuse it; a pod whose request alone exceeds its namespace's ResourceQuota is denied with
+        "exceeding resource quota" (spec §11.3). ``namespace``: the AdmissionReview's, for a pod object that
+        carries none. The input is not modified.
         """
-        return admission.admit(self.hook, self._backend_list, pod, self.config.scheduler)
+        admitted = admission.admit(self.hook, self._backend_list, pod, self.config.scheduler)
+        if not self._other_scheduler(pod):  # HAMi allows those before its quota check (spec §4.3 step 3)
+            meta = metadata(admitted)
+            self._check_admission_quota(admitted, str(meta.get("namespace") or namespace or "default"))
+        return admitted
+
+    def _other_scheduler(self, pod: Mapping[str, Any]) -> bool:
+        """The pod targets another scheduler, so admission leaves it alone (:func:`admission.admit`'s condition)."""
+        spec = pod.get("spec")
+        current = (spec.get("schedulerName") if isinstance(spec, Mapping) else "") or ""
+        cfg = self.config.scheduler
+        return bool(current) and (current != admission.DEFAULT_SCHEDULER or not cfg.force_overwrite_default_scheduler) \
+            and (not cfg.scheduler_name or current != cfg.scheduler_name)
 
     def schedule(self, pod: Mapping[str, Any], node_names: Iterable[str] | None = None, *,
                  limit: int | None = None, requests: ContainerRequests | None = None) -> Decision:
@@ -419,8 +482,10 @@ class Engine:
         host_need = host_requests(pod)
         self.workload.observe(key, shapes, host_need)
         workload = self.workload.snapshot()
+        namespace = str(metadata(pod).get("namespace") or "default")
+        quota = self.quotas.view(namespace, own=key) if self.quotas.limited(namespace) else None
         cycle = Cycle(hook=self.hook, backends=self.backends, pod=pod, key=key, requests=requests, policy=policy,
-                      own=self.ledger.get(key), shapes=shapes, workload=workload, host_need=host_need)
+                      own=self.ledger.get(key), shapes=shapes, workload=workload, host_need=host_need, quota=quota)
         self.table.refresh()
         rows, alive = self._candidates(cycle, node_names)
         if cycle.own is not None and cycle.own.node in self.nodes:
@@ -597,7 +662,9 @@ class Engine:
         key = (tuple(tuple(sorted((b, r.nums, r.memreq, r.mem_percentage, r.coresreq) for b, r in c.items()))
                      for c in cycle.requests.containers),
                cycle.requests.init_count, cycle.policy, meta.get("namespace"),
-               tuple(sorted((annotations(cycle.pod)).items())))
+               tuple(sorted((annotations(cycle.pod)).items())),
+               # quota usage changes without the node changing: a ResourceQuotaNotFit holds only for the same state
+               tuple(sorted(cycle.quota.entries.items())) if cycle.quota is not None else ())
         todo = []
         for state in pruned:
             hit = state.reason_cache.get(key)

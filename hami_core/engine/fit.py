@@ -9,7 +9,17 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 from itertools import combinations
 
-from hami_core.plugins.types import MEM_PERCENTAGE_UNSET, ContainerDevice, DeviceRequest, DeviceUsage, FitResult
+from hami_core.engine.ledger import collapse
+from hami_core.plugins.types import (
+    MEM_PERCENTAGE_UNSET,
+    ContainerDevice,
+    DeviceBackend,
+    DeviceRequest,
+    DeviceUsage,
+    FitCandidate,
+    FitResult,
+    QuotaView,
+)
 from hami_core.wire.reasons import Reason, gen_reason_items
 
 DevicePredicate = Callable[[DeviceUsage], bool]
@@ -17,6 +27,29 @@ DevicePredicate = Callable[[DeviceUsage], bool]
 CustomRule = Callable[[DeviceUsage, int, int, Sequence[ContainerDevice]], bool]
 #: ``quota(device, mem, cores, chosen_so_far) -> bool``; False ⇒ ``ResourceQuotaNotFit``.
 QuotaCheck = Callable[[DeviceUsage, int, int, Sequence[ContainerDevice]], bool]
+
+
+def quota_predicate(quota: QuotaView | None, backend: DeviceBackend, candidate: FitCandidate) -> QuotaCheck | None:
+    """The ``quota`` predicate of :func:`standard_fit` for one node (spec §11.2), or ``None`` when ``quota`` does
+    not limit ``backend``'s resources.
+
+    A device fits when the pod's hypothetical usage stays within the namespace's limits: the devices its earlier
+    containers got on this node, those chosen so far for this container and the device itself, collapsed as
+    booked (init containers as a peak, app containers as a sum) and summed over the backend's entries.
+    """
+    if quota is None or not quota.limited(backend.resource_names):
+        return None
+    name, names, position = backend.name, backend.resource_names, quota.position
+    slots = [tuple(c) for c in candidate.allocated.get(name, ())]
+    slots.extend([()] * (position + 1 - len(slots)))
+    init_count = quota.init_count
+
+    def check(dev: DeviceUsage, mem: int, cores: int, chosen: Sequence[ContainerDevice]) -> bool:
+        slots[position] = (*chosen, ContainerDevice(dev.id, name, mem, cores, dev.index))
+        booked = collapse({name: tuple(slots)}, init_count).get(name, ())
+        return quota.fits(names, sum(d.usedmem for d in booked), sum(d.usedcores for d in booked))
+
+    return check
 
 
 def memory_to_book(dev: DeviceUsage, request: DeviceRequest) -> int:

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from hami_core.engine.inventory import NodeState
+from hami_core.engine.quota import QuotaCache
 from hami_core.plugins.types import ContainerDevice, PodDevices
 
 log = logging.getLogger("hami.engine")
@@ -24,6 +25,11 @@ class Booking:
     pod: str
     node: str
     devices: Mapping[str, tuple[ContainerDevice, ...]]
+
+    @property
+    def namespace(self) -> str:
+        """The pod's namespace (``pod`` is ``namespace/name``)."""
+        return self.pod.partition("/")[0]
 
 
 def collapse(devices: PodDevices, init_count: int, *, app_only: bool = False) -> dict[str, tuple[ContainerDevice, ...]]:
@@ -65,11 +71,16 @@ def collapse(devices: PodDevices, init_count: int, *, app_only: bool = False) ->
 
 
 class Ledger:
-    """Bookings by pod key, indexed by node, applied to :class:`NodeState` usage as they change."""
+    """Bookings by pod key, indexed by node, applied to :class:`NodeState` usage as they change.
 
-    def __init__(self) -> None:
+    With a ``quota`` cache, every booking charges its namespace and every unbooking takes the charge back (every
+    reserve, watch update and removal goes through :meth:`book` and :meth:`unbook`).
+    """
+
+    def __init__(self, quota: QuotaCache | None = None) -> None:
         self.bookings: dict[str, Booking] = {}
         self.by_node: dict[str, set[str]] = {}
+        self.quota = quota
 
     def __len__(self) -> int:
         return len(self.bookings)
@@ -82,6 +93,8 @@ class Ledger:
         self.unbook(booking.key, nodes)
         self.bookings[booking.key] = booking
         self.by_node.setdefault(booking.node, set()).add(booking.key)
+        if self.quota is not None:
+            self.quota.charge(booking.key, booking.namespace, booking.devices)
         state = nodes.get(booking.node)
         if state is not None:
             self._apply(state, booking, 1)
@@ -90,6 +103,8 @@ class Ledger:
         booking = self.bookings.pop(key, None)
         if booking is None:
             return None
+        if self.quota is not None:
+            self.quota.release(key)
         keys = self.by_node.get(booking.node)
         if keys is not None:
             keys.discard(key)

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
         NodeScore,
         PodSingleDevice,
         PolicyInfo,
+        QuotaView,
         ScoreCandidate,
     )
 
@@ -205,6 +206,7 @@ def hami_filter_nodes(
     request: DeviceRequest,
     candidates: Sequence[FitCandidate],
     policy: GpuPolicy,
+    quota: QuotaView | None,
 ) -> Sequence[FitResult] | None:
     """Fit one container's request onto each candidate node's devices (HAMi ``Fit``), all nodes at once.
 
@@ -214,6 +216,13 @@ def hami_filter_nodes(
     :func:`hami_core.engine.fit.standard_fit`; vendors call it with their own rules. Stops at the first
     non-``None`` result, so a non-vendor plugin that wants to veto nodes wraps this hook
     (``@hookimpl(wrapper=True)``) and edits the results.
+
+    ``quota`` is the pod's namespace ResourceQuota (:class:`QuotaView`, spec §11) when the namespace limits this
+    backend's memory or core resource, else ``None``. A vendor that enforces quota inside its fit (HAMi: NVIDIA,
+    Cambricon) accepts the argument and passes
+    ``quota_predicate(quota, backend, candidate)`` (:func:`hami_core.engine.fit.quota_predicate`) as
+    ``standard_fit``'s ``quota``, which refuses a device with ``ResourceQuotaNotFit`` when the pod's hypothetical
+    usage would exceed a limit. Implementations may omit the argument (pluggy passes only what they name).
 
     :returns: one :class:`FitResult` per candidate, in the same order.
     """

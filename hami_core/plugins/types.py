@@ -341,6 +341,58 @@ class FitCandidate:
 
 
 @dataclass(frozen=True, slots=True)
+class QuotaEntry:
+    """One namespace's quota for one resource (spec §11.1).
+
+    ``limit`` is the ``limits.<resource>`` quantity of the namespace's ResourceQuota, in the resource's own units
+    (memory before ``ResourceNames.memory_factor``); ``used`` what the scheduler has booked in the namespace, in
+    booked units (memory in MiB, i.e. after the factor; cores in percent of a card).
+    """
+
+    limit: int
+    used: int = 0
+
+
+class QuotaView:
+    """The pod's namespace quota, handed to ``hami_filter_nodes`` when the namespace limits the backend (§11.2).
+
+    ``entries`` maps each resource name with a limit set to its :class:`QuotaEntry`; ``used`` excludes the pod's
+    own earlier reservation (it is being scheduled again). ``position`` is the container being fitted (init
+    containers first) and ``init_count`` the pod's number of init containers, so a fit can collapse the pod's
+    hypothetical usage (:func:`hami_core.engine.fit.quota_predicate` does it for the standard checklist).
+    """
+
+    __slots__ = ("entries", "init_count", "namespace", "position")
+
+    def __init__(self, namespace: str, entries: Mapping[str, QuotaEntry], position: int = 0,
+                 init_count: int = 0) -> None:
+        self.namespace = namespace
+        self.entries = entries
+        self.position = position
+        self.init_count = init_count
+
+    def limited(self, names: ResourceNames) -> bool:
+        """Whether the namespace limits the memory or core resource of a backend with these names."""
+        entries = self.entries
+        return bool((names.memory and names.memory in entries) or (names.cores and names.cores in entries))
+
+    def fits(self, names: ResourceNames, mem: int, cores: int) -> bool:
+        """HAMi ``FitQuota``: would booking ``mem`` MiB and ``cores`` more stay within the limits?
+
+        Memory limits count ``x memory_factor`` (they are written in the resource's units); a limit of 0 set
+        explicitly blocks any non-zero use.
+        """
+        entry = self.entries.get(names.memory) if names.memory else None
+        if entry is not None and entry.used + mem > entry.limit * names.memory_factor:
+            return False
+        entry = self.entries.get(names.cores) if names.cores else None
+        return entry is None or entry.used + cores <= entry.limit
+
+    def __repr__(self) -> str:
+        return f"QuotaView({self.namespace!r}, {dict(self.entries)!r}, position={self.position})"
+
+
+@dataclass(frozen=True, slots=True)
 class FitResult:
     """Outcome of fitting one container request on one node.
 

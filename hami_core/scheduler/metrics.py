@@ -2,6 +2,8 @@
 
 Gauges carry HAMi's labels plus the constant label ``zone="vGPU"``; ``hami_build_info`` has no zone.
 ``hami_node_quarantined`` (hami-py's own) counts per node the pods whose allocation cannot be decoded.
+``hami_resource_quota_used`` / ``hami_resource_quota_limit`` show, per namespace and resource (``quota_name``), the
+usage the scheduler booked and the ResourceQuota limit (the ``limit`` label: ``0`` when none is set).
 Served on their own port (``--metrics-bind``, default ``:9395``) at ``GET /metrics``.
 """
 
@@ -55,7 +57,15 @@ class EngineCollector(Collector):
         quarantined = GaugeMetricFamily(
             "hami_node_quarantined", "Pods whose allocation annotation cannot be decoded on the node "
             "(> 0: the node is quarantined and takes no new pods)", labels=["node", ZONE[0]])
+        quota_used = _gauge("hami_resource_quota_used", "Device resource booked in a namespace under ResourceQuota",
+                            ["namespace", "quota_name", "limit"])
+        quota_limit = _gauge("hami_resource_quota_limit", "ResourceQuota limit of a device resource in a namespace",
+                             ["namespace", "quota_name"])
         with self.lock:
+            for q in self.engine.quota_usage():
+                quota_used.add_metric([q.namespace, q.resource, str(q.limit or 0), ZONE[1]], q.used)
+                if q.limit is not None:
+                    quota_limit.add_metric([q.namespace, q.resource, ZONE[1]], q.limit)
             for name in sorted(self.engine.nodes):
                 state = self.engine.nodes[name]
                 quarantined.add_metric([name, ZONE[1]], len(state.quarantine))
@@ -80,7 +90,7 @@ class EngineCollector(Collector):
                         pod_mem.add_metric(labels, d.usedmem * MIB)
                         pod_core.add_metric(labels, d.usedcores)
         yield from (mem_limit, core_limit, mem_alloc, shared, core_alloc, overview, mem_ratio, pod_mem, pod_core,
-                    quarantined)
+                    quota_used, quota_limit, quarantined)
         info = GaugeMetricFamily("hami_build_info", "Build information",
                                  labels=["version", "revision", "build_date", "go_version", "compiler", "platform"])
         info.add_metric([__version__, "", "", platform.python_version(), platform.python_implementation(),

@@ -1,9 +1,10 @@
 """Feeds the engine from the cluster (spec §9): watches, a periodic registration pass, the ``synced`` gate.
 
 Node events register the node (:meth:`Engine.upsert_node`) and write back the node patch the engine
-asks for (the handshake); pod events book or release usage. Every engine access takes one lock shared
-with the HTTP handlers. The lock is released before the cluster is called, because a cluster may
-deliver watch events synchronously from the thread that writes.
+asks for (the handshake); pod events book or release usage; ResourceQuota events set the namespaces' limits
+(spec §11; a cluster without ``watch_resource_quotas`` enforces none, which is logged at start). Every engine
+access takes one lock shared with the HTTP handlers. The lock is released before the cluster is called, because a
+cluster may deliver watch events synchronously from the thread that writes.
 
 A pod whose allocation annotation cannot be decoded quarantines its node in the engine; the feed makes that
 visible: a Warning Event ``NodeQuarantined`` on the pod and on the node when it starts, a Normal Event
@@ -68,6 +69,10 @@ class Sync:
     def start(self, *, background: bool = True) -> None:
         """Start watching, run the first registration pass, then (``background``) the periodic loop."""
         self.cluster.watch(self.on_node, self.on_pod)
+        if hasattr(self.cluster, "watch_resource_quotas"):
+            self.cluster.watch_resource_quotas(self.on_quota)
+        else:
+            log.warning("%s cannot watch ResourceQuotas: no quota is enforced", type(self.cluster).__name__)
         self.resync()
         if background:
             self._thread = threading.Thread(target=self._loop, name="hami-sync", daemon=True)
@@ -146,6 +151,18 @@ class Sync:
         except Exception:
             log.exception("pod %s/%s: %s event not applied", metadata(pod).get("namespace"),
                           metadata(pod).get("name"), event)
+
+    def on_quota(self, event: str, quota: dict[str, Any]) -> None:
+        """Watch callback for ResourceQuotas."""
+        try:
+            with self.lock:
+                if event == "DELETED":
+                    self.engine.remove_quota(quota)
+                else:
+                    self.engine.upsert_quota(quota)
+        except Exception:
+            log.exception("ResourceQuota %s/%s: %s event not applied", metadata(quota).get("namespace"),
+                          metadata(quota).get("name"), event)
 
     def _apply_pod(self, event: str, pod: dict[str, Any]) -> tuple[str, str, dict[str, Any], str] | None:
         """Book or release ``pod`` (engine lock held); returns a quarantine change to announce, if any:

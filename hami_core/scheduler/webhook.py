@@ -2,7 +2,8 @@
 
 Both ``admission.k8s.io/v1`` and ``v1beta1`` are accepted and answered in the same version. The mutation
 is an RFC 6902 JSON Patch, base64-encoded, computed as the difference between the raw incoming pod and
-:meth:`Engine.admit`'s result. (The ResourceQuota pre-check of §11.3 is not done here.)
+:meth:`Engine.admit`'s result. :meth:`Engine.admit` also makes HAMi's ResourceQuota pre-check (§11.3): a pod whose
+request alone exceeds its namespace's quota is denied (403, reason ``Forbidden``) with "exceeding resource quota".
 """
 
 from __future__ import annotations
@@ -112,8 +113,9 @@ class Webhook:
         if isinstance(labels, Mapping) and labels.get(keys.WEBHOOK_LABEL) == keys.WEBHOOK_IGNORE:
             return {"allowed": True, "status": {"code": 200}}
         try:
+            namespace = request.get("namespace")
             with self.lock:
-                admitted = self.engine.admit(pod)
+                admitted = self.engine.admit(pod, namespace=namespace if isinstance(namespace, str) else None)
         except AdmissionDenied as exc:
             return {"allowed": False, "status": {"code": exc.code, "reason": "Forbidden", "message": str(exc)}}
         except AdmissionFailed as exc:

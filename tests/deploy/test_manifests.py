@@ -283,7 +283,8 @@ def test_daemonset() -> None:
 KUBE = ROOT / "hami_core" / "cluster" / "kube.py"
 LEADER = ROOT / "hami_core" / "cluster" / "leader.py"
 VERB = {"read": "get", "list": "list", "patch": "patch", "create": "create", "replace": "update", "delete": "delete"}
-RESOURCE = {"node": "nodes", "pod": "pods", "pod_binding": "pods/binding", "event": "events", "lease": "leases"}
+RESOURCE = {"node": "nodes", "pod": "pods", "pod_binding": "pods/binding", "event": "events", "lease": "leases",
+            "resource_quota": "resourcequotas", "resourcequota": "resourcequotas"}
 
 
 def _client_call(method: str) -> tuple[str, str]:
@@ -308,6 +309,10 @@ def _kube_methods() -> dict[str, set[tuple[str, str]]]:
             if (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "_list"
                     and n.args and isinstance(n.args[0], ast.Constant)):
                 perms.add((RESOURCE[str(n.args[0].value).lower()], "list"))
+            # a watch starts a reflector per kind (``_Reflector(self, "Node", ...)``): it lists and watches that kind
+            if (isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "_Reflector"
+                    and len(n.args) > 1 and isinstance(n.args[1], ast.Constant)):
+                perms |= {(RESOURCE[str(n.args[1].value).lower()], verb) for verb in ("list", "watch")}
         out[fn.name] = perms
     # A method handed to a helper in __init__ (``self.events = EventRecorder(self._post_event)``) runs on behalf of
     # every method that uses that helper (``event`` queues, the recorder's thread calls ``_post_event``).
@@ -325,7 +330,6 @@ def _kube_methods() -> dict[str, set[tuple[str, str]]]:
                 if isinstance(n, ast.Attribute) and n.attr in wired:
                     for handed in wired[n.attr]:
                         out[fn.name] |= out[handed]
-    out["watch"] = {(r, v) for r, _ in out["_list"] for v in ("list", "watch")}
     return out
 
 
@@ -352,6 +356,7 @@ def test_rbac_derivation_sees_the_client_calls() -> None:
     assert methods["bind"] == {("pods/binding", "create")}
     assert methods["event"] == {("events", "create")}  # queued; the recorder's thread posts it
     assert ("pods", "watch") in methods["watch"]
+    assert methods["watch_resource_quotas"] == {("resourcequotas", "list"), ("resourcequotas", "watch")}
 
 
 @pytest.mark.parametrize(("package", "role"), [("scheduler", "hami-scheduler"),

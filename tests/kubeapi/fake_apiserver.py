@@ -6,7 +6,8 @@ that speaks the same wire protocol as the real one for the resources and verbs `
 HTTP:
 
 * core/v1 Nodes (cluster-scoped), Pods (namespaced, plus the all-namespaces list ``/api/v1/pods``),
-  ``pods/{name}/binding`` (POST), Events (POST/GET/LIST); coordination.k8s.io/v1 Leases.
+  ``pods/{name}/binding`` (POST), Events (POST/GET/LIST), ResourceQuotas (namespaced, plus the all-namespaces
+  list and watch ``/api/v1/resourcequotas``; ``status`` is not computed); coordination.k8s.io/v1 Leases.
 * GET, LIST (``metadata.resourceVersion`` on the list; items carry no ``kind``/``apiVersion``, as on the real
   server), WATCH (``?watch=true&resourceVersion=N``: a chunked, newline-delimited JSON stream of
   ``{"type": ..., "object": ...}``), POST (409 AlreadyExists), PUT (409 Conflict on a stale
@@ -54,6 +55,7 @@ RESOURCES: dict[str, tuple[str, str, bool]] = {
     "nodes": ("v1", "Node", False),
     "pods": ("v1", "Pod", True),
     "events": ("v1", "Event", True),
+    "resourcequotas": ("v1", "ResourceQuota", True),
     "leases": ("coordination.k8s.io/v1", "Lease", True),
 }
 

@@ -16,7 +16,8 @@ EXPECTED: dict[tuple[str, str], set[tuple[str, str, tuple[str, ...], str]]] = {
     ("ClusterRole", "hami-scheduler"): {
         ("", "nodes", (), v) for v in ("get", "list", "watch", "patch")} | {
         ("", "pods", (), v) for v in ("get", "list", "watch", "patch")} | {
-        ("", "pods/binding", (), "create"), ("", "events", (), "create")},
+        ("", "pods/binding", (), "create"), ("", "events", (), "create")} | {
+        ("", "resourcequotas", (), v) for v in ("list", "watch")},
     ("Role", "hami-scheduler-lease"): {
         ("coordination.k8s.io", "leases", (), "create"),
         ("coordination.k8s.io", "leases", ("hami-scheduler",), "get"),

@@ -29,6 +29,7 @@ from hami_core.plugins.types import (
     HealthReport,
     LockSpec,
     PodSingleDevice,
+    QuotaView,
     ResourceNames,
 )
 from hami_core.wire.common import check_device_count, go_quote, split_list, wire_error
@@ -241,6 +242,13 @@ class QuotaUsage:
 Quotas = Mapping[tuple[str, str], QuotaUsage]
 
 
+def quotas_of(view: QuotaView | None) -> Quotas | None:
+    """The engine's quota view of the pod's namespace (``hami_filter_nodes``' ``quota``) as :data:`Quotas`."""
+    if view is None:
+        return None
+    return {(view.namespace, resource): QuotaUsage(e.limit, e.used) for resource, e in view.entries.items()}
+
+
 def fit_quota(spec: MluModelSpec, quotas: Quotas, namespace: str, mem: int, cores: int) -> bool:
     """HAMi ``FitQuota`` (spec §11.2): ``used + request`` within the limit; memory limits count x 256."""
     mem_quota = quotas.get((namespace, spec.memory)) if spec.memory else None
@@ -302,8 +310,8 @@ def filter_nodes(cfg: CambriconConfig, spec: MluModelSpec, pod: Mapping[str, Any
     """HAMi's Cambricon ``Fit`` (vendors D.4, A.7) on every candidate node.
 
     The standard checklist with: type = the request ``Type`` equals the backend name; no NUMA and no
-    cordon; UUID selection; ``mutex``; the namespace quota (when ``quotas`` is given: the engine has no
-    ResourceQuota source yet, so the hook passes ``None``). With several models configured, a node
+    cordon; UUID selection; ``mutex``; the namespace quota (``quotas``: the hook passes the engine's view of the
+    pod's namespace when it limits MLU memory or cores). With several models configured, a node
     where the pod already holds devices of another model is refused.
     """
     uuids = _UuidSelection(pod)

@@ -24,6 +24,7 @@ from hami_core.plugins.types import (
     LockSpec,
     Mutation,
     PodSingleDevice,
+    QuotaView,
 )
 
 
@@ -59,12 +60,12 @@ def hami_container_request(backend: DeviceBackend, container: Mapping[str, Any])
 
 @hookimpl
 def hami_filter_nodes(backend: DeviceBackend, pod: Mapping[str, Any], request: DeviceRequest,
-                      candidates: Sequence[FitCandidate], policy: GpuPolicy) -> list[FitResult] | None:
+                      candidates: Sequence[FitCandidate], policy: GpuPolicy,
+                      quota: QuotaView | None) -> list[FitResult] | None:
     spec = mlu.spec_of(backend)
     if spec is None:
         return None
-    # Quota hook point: the engine has no ResourceQuota source yet; when it gains one, pass it as ``quotas``.
-    return mlu.filter_nodes(backend.config, spec, pod, request, candidates, policy, quotas=None)
+    return mlu.filter_nodes(backend.config, spec, pod, request, candidates, policy, quotas=mlu.quotas_of(quota))
 
 
 @hookimpl

@@ -10,7 +10,7 @@ from dataclasses import replace
 from typing import Any
 
 from hami_core.default_plugins.health import allocatable_count, generic_health
-from hami_core.engine.fit import standard_fit
+from hami_core.engine.fit import quota_predicate, standard_fit
 from hami_core.plugins.errors import AdmissionFailed, WireFormatError
 from hami_core.plugins.types import (
     MEM_PERCENTAGE_UNSET,
@@ -22,6 +22,7 @@ from hami_core.plugins.types import (
     FitResult,
     GpuPolicy,
     HealthReport,
+    QuotaView,
     ResourceNames,
 )
 from hami_core.wire import keys
@@ -276,8 +277,13 @@ def _no_mig(dev: DeviceUsage, mem: int, cores: int, chosen: Sequence[Any]) -> bo
 
 
 def filter_nodes(backend: DeviceBackend, pod: Mapping[str, Any], request: DeviceRequest,
-                 candidates: Sequence[FitCandidate], policy: GpuPolicy) -> list[FitResult]:
-    """HAMi's NVIDIA ``Fit`` (spec §6.6) on every candidate node."""
+                 candidates: Sequence[FitCandidate], policy: GpuPolicy, *,
+                 quota: QuotaView | None = None) -> list[FitResult]:
+    """HAMi's NVIDIA ``Fit`` (spec §6.6) on every candidate node.
+
+    ``quota``: the pod's namespace ResourceQuota; a device that would take the pod's hypothetical usage past a
+    limit is refused with ``ResourceQuotaNotFit`` (step 10, before the memory and core checks; §11.2).
+    """
     sel = _Selection(backend, pod)
     type_ok = sel.type_ok if sel.filters else None
     if request.backend != COMMON_WORD:
@@ -291,6 +297,7 @@ def filter_nodes(backend: DeviceBackend, pod: Mapping[str, Any], request: Device
         cordon_raw = cand.node.annotations.get(keys.DEVICE_CORDON)
         cordoned = frozenset(split_list(cordon_raw)) if cordon_raw else frozenset()
         out.append(standard_fit(cand.devices, request, type_ok=type_ok, uuid_ok=uuid_ok, cordoned=cordoned,
-                                numa_bind=policy.numa_bind, mutex=mutex, topology=topology, custom_rule=_no_mig,
-                                custom_reason=Reason.CardMigTopologyInfeasible))
+                                numa_bind=policy.numa_bind, mutex=mutex, topology=topology,
+                                quota=quota_predicate(quota, backend, cand) if quota is not None else None,
+                                custom_rule=_no_mig, custom_reason=Reason.CardMigTopologyInfeasible))
     return out

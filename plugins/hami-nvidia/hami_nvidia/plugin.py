@@ -15,6 +15,7 @@ from hami_core.plugins.types import (
     GpuPolicy,
     HealthReport,
     Mutation,
+    QuotaView,
 )
 from hami_nvidia import backend as nv
 from hami_nvidia.config import parse_config
@@ -60,8 +61,9 @@ def hami_container_request(backend: DeviceBackend, container: Mapping[str, Any])
 
 @hookimpl
 def hami_filter_nodes(backend: DeviceBackend, pod: Mapping[str, Any], request: DeviceRequest,
-                      candidates: Sequence[FitCandidate], policy: GpuPolicy) -> list[FitResult] | None:
-    return nv.filter_nodes(backend, pod, request, candidates, policy) if _mine(backend) else None
+                      candidates: Sequence[FitCandidate], policy: GpuPolicy,
+                      quota: QuotaView | None) -> list[FitResult] | None:
+    return nv.filter_nodes(backend, pod, request, candidates, policy, quota=quota) if _mine(backend) else None
 
 
 # ------------------------------------------------------------------------------------------ node side
