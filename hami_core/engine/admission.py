@@ -14,6 +14,15 @@ from hami_core.plugins.types import DeviceBackend, Mutation
 DEFAULT_SCHEDULER = "default-scheduler"
 
 
+def for_other_scheduler(pod: Mapping[str, Any], cfg: SchedulerConfig) -> bool:
+    """The pod targets another scheduler, so admission leaves it alone (and HAMi skips its quota pre-check)."""
+    spec = pod.get("spec")
+    current = (spec.get("schedulerName") if isinstance(spec, Mapping) else "") or ""
+    ours = cfg.scheduler_name
+    return bool(current) and (current != DEFAULT_SCHEDULER or not cfg.force_overwrite_default_scheduler) and (
+        not ours or current != ours)
+
+
 def admit(hook: Any, backends: Sequence[DeviceBackend], pod: Mapping[str, Any], cfg: SchedulerConfig) -> dict[str, Any]:
     """Return a mutated copy of ``pod``; raise :class:`AdmissionDenied` where HAMi denies it.
 
@@ -24,10 +33,8 @@ def admit(hook: Any, backends: Sequence[DeviceBackend], pod: Mapping[str, Any], 
     spec = out.setdefault("spec", {})
     if not isinstance(spec, dict) or not spec.get("containers"):
         raise AdmissionDenied(f"pod {pod_ref(pod)}: pod has no containers")
-    current = spec.get("schedulerName") or ""
     ours = cfg.scheduler_name
-    if current and (current != DEFAULT_SCHEDULER or not cfg.force_overwrite_default_scheduler) and (
-            not ours or current != ours):
+    if for_other_scheduler(out, cfg):
         return out
     ctrs = [*(spec.get("initContainers") or []), *spec["containers"]]
     privileged = next((c for c in ctrs if ((c.get("securityContext") or {}).get("privileged") is True)), None)

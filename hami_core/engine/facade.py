@@ -430,18 +430,11 @@ class Engine:
         carries none. The input is not modified.
         """
         admitted = admission.admit(self.hook, self._backend_list, pod, self.config.scheduler)
-        if not self._other_scheduler(pod):  # HAMi allows those before its quota check (spec §4.3 step 3)
+        # HAMi lets pods for other schedulers through before its quota check (spec §4.3 step 3)
+        if not admission.for_other_scheduler(pod, self.config.scheduler):
             meta = metadata(admitted)
             self._check_admission_quota(admitted, str(meta.get("namespace") or namespace or "default"))
         return admitted
-
-    def _other_scheduler(self, pod: Mapping[str, Any]) -> bool:
-        """The pod targets another scheduler, so admission leaves it alone (:func:`admission.admit`'s condition)."""
-        spec = pod.get("spec")
-        current = (spec.get("schedulerName") if isinstance(spec, Mapping) else "") or ""
-        cfg = self.config.scheduler
-        return bool(current) and (current != admission.DEFAULT_SCHEDULER or not cfg.force_overwrite_default_scheduler) \
-            and (not cfg.scheduler_name or current != cfg.scheduler_name)
 
     def schedule(self, pod: Mapping[str, Any], node_names: Iterable[str] | None = None, *,
                  limit: int | None = None, requests: ContainerRequests | None = None) -> Decision:
