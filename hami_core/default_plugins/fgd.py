@@ -8,9 +8,12 @@ so the growth is computed for the device that policy's fit would take (``fgd``: 
 ``binpack``: the busiest usable one, otherwise the idlest). See docs/fgd.md.
 
 It is a state-only score (``hami_prescore_nodes``), so the engine keeps its best-first evaluation. The
-growth per node is cached at the node's table stamp and the mix's version: a decision recomputes only
-the nodes that changed since the last pod of the same shape, which keeps it within a small factor of
-binpack. Before any workload is known it behaves as binpack.
+growth per node is cached per request signature at the node's table stamp: a decision recomputes only
+the nodes that changed since the last pod of the same signature, which keeps it within a small factor of
+binpack. Where the device choice does not depend on the mix (GPU policy binpack/spread, pods without
+devices) the cache holds each class's unweighted growth, so a new mix version re-weights it and computes
+only the classes new to the mix (:class:`_ClassCache`); under GPU policy ``fgd`` a new version recomputes.
+Before any workload is known it behaves as binpack.
 """
 
 from __future__ import annotations
@@ -72,8 +75,9 @@ def device_select(policy: GpuPolicy) -> str:
 
 
 #: Bytes of growth caches one engine keeps; beyond it the least recently used request signatures are dropped.
-#: A signature whose device choice does not depend on the mix keeps ``classes x table rows`` float64 deltas
-#: (5,000 nodes x 50 classes: 2 MB; 100 classes, the gpuspec33 mix: 4 MB), so this holds 64-128 of them.
+#: A signature whose device choice does not depend on the mix keeps ``classes x table rows`` float64 deltas plus,
+#: for a one-device request, ``2 x bases x rows`` per-base figures (5,000 nodes x 46 classes: ~2.7 MB; 1,213 nodes
+#: x ~100 classes, the gpuspec33 mix: ~1.3 MB), so this holds about 100-200 of them.
 CACHE_BYTES = 256 * 2**20
 
 
@@ -214,17 +218,37 @@ def _columns(rows: np.ndarray) -> np.ndarray | slice:
     return rows
 
 
+def _gather(a: np.ndarray, which: np.ndarray, cols: np.ndarray | slice) -> np.ndarray:
+    """``a[which][:, cols]``: whole rows first, then the columns (a view where ``cols`` is a slice)."""
+    picked = a[which]
+    return picked[:, cols] if isinstance(cols, slice) else np.take(picked, cols, axis=1)
+
+
+def _scatter(a: np.ndarray, which: np.ndarray, cols: np.ndarray | slice, values: np.ndarray) -> None:
+    """``a[which][:, cols] = values`` (in place)."""
+    if isinstance(cols, slice):
+        a[which, cols] = values
+    else:
+        a[np.ix_(which, cols)] = values
+
+
+def _fixed_sum(weight: np.ndarray, deltas: np.ndarray) -> np.ndarray:
+    """``weight @ deltas`` in fixed point (integers held in float64; the weight of a row of ``deltas`` held by no
+    class is 0). ``deltas`` are overwritten."""
+    np.multiply(deltas, (weight * _FIXED)[:, None], out=deltas)
+    np.rint(deltas, out=deltas)
+    return deltas.sum(axis=0)
+
+
 def _weigh(parts: Sequence[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
-    """``sum_b w_b @ deltas_b`` over the ``(weights, deltas)`` of each backend (the weight of a row of ``deltas``
-    held by no class is 0), summed exactly in fixed point and rounded to 1e-6 milli. ``deltas`` are overwritten."""
-    total: np.ndarray | None = None
-    for weight, deltas in parts:
-        np.multiply(deltas, (weight * _FIXED)[:, None], out=deltas)
-        np.rint(deltas, out=deltas)
-        term = deltas.sum(axis=0)
-        total = term if total is None else total + term
-    if total is None:
+    """``sum_b w_b @ deltas_b`` over the ``(weights, deltas)`` of each backend, summed exactly in fixed point and
+    rounded to 1e-6 milli. ``deltas`` are overwritten."""
+    if not parts:
         raise ValueError("no backend to weigh")
+    return _from_fixed(sum((_fixed_sum(w, d) for w, d in parts), np.zeros(parts[0][1].shape[1])))
+
+
+def _from_fixed(total: np.ndarray) -> np.ndarray:
     return np.round(total / _FIXED, 6)
 
 
@@ -270,7 +294,6 @@ class FgdState:
         mixes = self._mixes(shapes, workload)
         cols = _columns(rows)  # a slice where the batch is every row in order (gathers become views)
         new: dict[str, list[int]] = {}
-        by_base: set[str] = set()
         size = cache.nbytes
         if cache.version != workload.version:
             # rows cached at their current stamp keep their deltas; those of the batch get the classes new to the
@@ -281,22 +304,33 @@ class FgdState:
             for backend in [b for b in cache.deltas if b not in mixes]:
                 del cache.deltas[backend], cache.keys[backend], cache._laid_out[backend]
             known_bases = set(cache.base_slot)
+            afresh = False
             for backend, mix in mixes.items():
                 new[backend] = cache.slots(backend, mix)[1]
                 if cache.single:
                     cache.bases(mix)
-                    if known_bases.issuperset(mix.subset(new[backend]).base_keys):
-                        by_base.add(backend)
+                # new classes come cheap only for one one-device request whose bases the cache has figures for
+                afresh |= bool(new[backend]) and not (cache.single and known_bases.issuperset(
+                    mix.base_keys[b] for b in mix.base[new[backend]].tolist()))
+            if afresh or 2 * sum(map(len, new.values())) > sum(map(len, mixes.values())):
+                # else, or when most classes are new (the online mix's class memory is a mean that moves with every
+                # pod: on traces whose pods ask for varied memory most classes are new at each version), computing
+                # the new classes on the cached rows costs about what computing every class afresh does
+                cache.stamp[:] = -1
+                new = {}
         changed = cache.stamp[rows] != stamps
         stale = rows[changed]
+        where_stale = cols if len(stale) == len(rows) else stale  # a slice: plain writes instead of scattered ones
         if len(stale):  # rows changed since cached: every class, afresh
             column: dict[str, np.ndarray] | None = {} if cache.single else None
             deltas, alive, picks = self._class_deltas(stale, mixes, shapes, select, weights, host, column)
             if column:  # the per-base figures of the one request, for classes new to a later mix
-                where = np.ix_(cache.bases(mixes[shapes[0].backend]), stale)
-                cache.n2[where], cache.s2[where], cache.t2[stale] = column["n2"], column["s2"], column["t2"]
+                bases = cache.bases(mixes[shapes[0].backend])
+                _scatter(cache.n2, bases, where_stale, column["n2"])
+                _scatter(cache.s2, bases, where_stale, column["s2"])
+                cache.t2[stale] = column["t2"]
             for backend, d in deltas.items():
-                cache.deltas[backend][np.ix_(cache.slots(backend, mixes[backend])[0], stale)] = d
+                _scatter(cache.deltas[backend], cache.slots(backend, mixes[backend])[0], where_stale, d)
             for i, p in enumerate(picks):
                 cache.picks[i][:, stale] = p
             cache.alive[stale] = alive
@@ -307,15 +341,8 @@ class FgdState:
                 if not classes:
                     continue
                 slots = cache.slots(backend, mixes[backend])[0][classes]
-                if backend in by_base:
-                    fresh = self._new_class_deltas_by_base(cache, backend, mixes[backend], classes, rows, shapes[0],
-                                                           host)
-                else:
-                    fresh = self._new_class_deltas(cache, backend, mixes[backend], classes, rows, shapes, host)
-                if isinstance(cols, slice):
-                    cache.deltas[backend][slots, cols] = fresh
-                else:
-                    cache.deltas[backend][np.ix_(slots, rows)] = fresh
+                fresh = self._new_class_deltas(cache, backend, mixes[backend], classes, rows, shapes[0], host)
+                _scatter(cache.deltas[backend], slots, cols, fresh)
             cache.value[cols] = self._weigh(cache, mixes, cols)
             cache.version = workload.version
             if cache.nbytes > size:
@@ -325,48 +352,25 @@ class FgdState:
         return np.where(cache.alive[cols], cache.value[cols], np.inf)
 
     def _new_class_deltas(self, cache: _ClassCache, backend: str, mix: Mix, classes: list[int], rows: np.ndarray,
-                          shapes: tuple[Shape, ...], host: tuple[int, int]) -> np.ndarray:
-        """The deltas of ``mix``'s ``classes`` on ``rows``, unchanged since the cache computed the others: their
-        state comes from the store's, and each request takes the devices it took then (``cache.picks``)."""
+                          shape: Shape, host: tuple[int, int]) -> np.ndarray:
+        """The deltas of ``mix``'s ``classes`` on ``rows``, unchanged since the cache computed the others, for its
+        one one-device request, whose per-base figures the cache has for all the new classes' bases:
+        :func:`column_deltas` on them (rows mixing device types: class by class, at the device the request took;
+        their state comes from the store's)."""
         store = self.stores[backend]
         sub = mix.subset(classes)
-        state = store.sub_state(rows, mix, sub, classes)
-        if not shapes:
-            return host_class_deltas(state, store.host[rows], host, sub)
-        out = np.zeros((len(classes), len(rows)))
-        for i, shape in enumerate(shapes):
-            if shape.backend != backend:
-                continue
-            picks = np.take(cache.picks[i], rows, axis=1)
-            if shape.nums == 1:  # only the device taken matters
-                dev, picks = store.columns(rows, picks[0]), np.zeros_like(picks)
-            else:
-                dev = store.view(rows)
-            column: dict[str, np.ndarray] | None = {} if cache.single else None
-            out += class_deltas(dev, shape, sub, host_need=host if i == 0 else (0, 0), state=state, picks=picks,
-                                column=column)[0]
-            if column:  # the new bases' figures, for later classes of these bases
-                where = np.ix_(np.array([cache.base_slot[k] for k in sub.base_keys], dtype=np.intp), rows)
-                cache.n2[where], cache.s2[where] = column["n2"], column["s2"]
-        return out
-
-    def _new_class_deltas_by_base(self, cache: _ClassCache, backend: str, mix: Mix, classes: list[int],
-                                  rows: np.ndarray, shape: Shape, host: tuple[int, int]) -> np.ndarray:
-        """:meth:`_new_class_deltas` for a one-device request whose per-base figures the cache has for all the new
-        classes' bases: :func:`column_deltas` on them (rows mixing device types: class by class, at the device
-        the request took)."""
-        store = self.stores[backend]
-        sub = mix.subset(classes)
-        state = store.sub_state(rows, mix, sub, classes)
-        where = np.ix_(np.array([cache.base_slot[k] for k in sub.base_keys], dtype=np.intp), rows)
-        host_after = store.host[rows] - np.asarray(host, dtype=float)
-        out = column_deltas(sub, cache.n2[where], cache.s2[where], cache.t2[rows], state, host_after)
-        if state.mixed.any():
-            m = np.flatnonzero(state.mixed)
-            picks = np.take(cache.picks[0], rows[m], axis=1)
-            dev = store.columns(rows[m], picks[0])
-            out[:, m] = class_deltas(dev, shape, sub, host_need=host, state=state.take(m),
-                                     picks=np.zeros_like(picks))[0]
+        cols = _columns(rows)
+        frag, row_type, mixed = store.class_rows(rows, mix, classes, cols)
+        slots = np.array([cache.base_slot[k] for k in sub.base_keys], dtype=np.intp)
+        host_after = store.host[cols] - np.asarray(host, dtype=float)
+        out = column_deltas(sub, _gather(cache.n2, slots, cols), _gather(cache.s2, slots, cols), cache.t2[cols], frag,
+                            row_type, host_after)
+        if mixed.any():
+            m = rows[np.flatnonzero(mixed)]
+            picks = np.take(cache.picks[0], m, axis=1)
+            out[:, np.flatnonzero(mixed)] = class_deltas(
+                store.columns(m, picks[0]), shape, sub, host_need=host, state=store.sub_state(m, mix, sub, classes),
+                picks=np.zeros_like(picks))[0]
         return out
 
     def _class_deltas(self, rows: np.ndarray, mixes: Mapping[str, Mix], shapes: tuple[Shape, ...], select: str,
@@ -396,19 +400,20 @@ class FgdState:
         return out, alive, picks
 
     def _weigh(self, cache: _ClassCache, mixes: Mapping[str, Mix], rows: np.ndarray | slice) -> np.ndarray:
-        parts = []
+        """:func:`_weigh` of the cached deltas of ``rows``, gathered backend by backend into one reused buffer."""
+        width = rows.stop - rows.start if isinstance(rows, slice) else len(rows)
+        total = np.zeros(width)
         for backend, mix in mixes.items():
             d = cache.deltas[backend]
             weight = np.zeros(d.shape[0])
             weight[cache.slots(backend, mix)[0]] = mix.weight
-            width = rows.stop - rows.start if isinstance(rows, slice) else len(rows)
             buf = self._scratch(d.shape[0] * width).reshape(d.shape[0], width)
             if isinstance(rows, slice):
                 buf[...] = d[:, rows]
             else:
                 np.take(d, rows, axis=1, out=buf)
-            parts.append((weight, buf))
-        return _weigh(parts)
+            total += _fixed_sum(weight, buf)  # before the next backend reuses the buffer
+        return _from_fixed(total)
 
     def _scratch(self, size: int) -> np.ndarray:
         """A reused buffer of at least ``size`` floats: fresh multi-MB arrays cost more in page faults than the

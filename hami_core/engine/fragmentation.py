@@ -516,7 +516,7 @@ def _deltas_at_column(dev: DeviceArrays, post: _Post, mix: Mix, state: MixState,
     t2 = state.total - share + post_share
     if column is not None:
         column.update(n2=n2, s2=s2, t2=t2)
-    out = column_deltas(mix, n2, s2, t2, state, host_after)
+    out = column_deltas(mix, n2, s2, t2, state.frag, state.row_type, host_after)
     if state.mixed.any():
         rows = np.flatnonzero(state.mixed)
         by_class = _deltas_by_class(dev.take(rows), post.take(rows), mix, state.take(rows), host_after[rows])
@@ -524,17 +524,17 @@ def _deltas_at_column(dev: DeviceArrays, post: _Post, mix: Mix, state: MixState,
     return out
 
 
-def column_deltas(mix: Mix, n2: np.ndarray, s2: np.ndarray, t2: np.ndarray, state: MixState,
+def column_deltas(mix: Mix, n2: np.ndarray, s2: np.ndarray, t2: np.ndarray, frag: np.ndarray, row_type: np.ndarray,
                   host_after: np.ndarray) -> np.ndarray:
     """``after_c - frag_c`` per class and row, on rows of one device type, from the per-base figures after one device
     of a request went to each row's chosen device: ``n2``/``s2`` ``(bases, rows)``, each base's usable devices and
-    strand after; ``t2`` ``(rows,)``, the free share after.
+    strand after; ``t2`` ``(rows,)``, the free share after; ``frag`` and ``row_type`` as in :class:`MixState`.
 
     As :func:`_growth_by_base`: a class refusing the row's type has ``after = t2``; one accepting it its base's
     strand where its base still finds enough devices and its CPU and memory fit, else ``t2``. The per-base figures
     do not depend on the classes, so a cache that keeps them computes a class new to the mix from them alone."""
-    fits = mix.accepts(state.row_type) & _host_fits(host_after, mix) & (n2[mix.base] >= mix.nums[:, None])
-    return np.where(fits, s2[mix.base], t2) - state.frag
+    fits = mix.accepts(row_type) & _host_fits(host_after, mix) & (n2[mix.base] >= mix.nums[:, None])
+    return np.where(fits, s2[mix.base], t2) - frag
 
 
 def host_class_deltas(state: MixState, host_free: np.ndarray, host_need: tuple[float, float], mix: Mix) -> np.ndarray:

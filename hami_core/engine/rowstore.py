@@ -106,9 +106,11 @@ class RowStore:
         self._rebuild(rows, mix)
         return self._take(rows)
 
-    def sub_state(self, rows: np.ndarray, mix: Mix, sub: Mix, classes: list[int]) -> MixState:
+    def sub_state(self, rows: np.ndarray, mix: Mix, sub: Mix, classes: list[int],
+                  cols: slice | None = None) -> MixState:
         """The rows' state under ``sub``, the :meth:`Mix.subset` of ``classes`` of ``mix`` (the one :meth:`mix_for`
-        returned): gathers only those classes (and their bases)."""
+        returned): gathers only those classes (and their bases). ``cols``: ``rows`` as a slice, where they are
+        ``0..n-1`` in order (views instead of gathers)."""
         if sub.parent_bases is None:
             raise ValueError("sub_state needs a Mix.subset")
         self._rebuild(rows, mix)
@@ -117,13 +119,28 @@ class RowStore:
             raise RuntimeError("RowStore.sub_state before the state was built")
         idx = np.asarray(classes, dtype=np.intp)
 
+        at = rows if cols is None else cols
+
         def pick(a: np.ndarray, which: np.ndarray) -> np.ndarray:  # whole rows first, then columns: no 2-D fancy index
-            return np.take(a[which], rows, axis=1)
+            return a[which][:, cols] if cols is not None else np.take(a[which], rows, axis=1)
 
         frag = pick(st.frag, idx)
-        return MixState(pick(st.n_ok, idx), pick(st.strand, idx), frag, st.total[rows], sub.weight @ frag,
-                        pick(st.n_base, sub.parent_bases), pick(st.s_base, sub.parent_bases), st.row_type[rows],
-                        st.mixed[rows])
+        return MixState(pick(st.n_ok, idx), pick(st.strand, idx), frag, st.total[at], sub.weight @ frag,
+                        pick(st.n_base, sub.parent_bases), pick(st.s_base, sub.parent_bases), st.row_type[at],
+                        st.mixed[at])
+
+    def class_rows(self, rows: np.ndarray, mix: Mix, classes: list[int],
+                   cols: np.ndarray | slice) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Of the rows' state under ``mix``: ``frag`` of ``classes`` only, ``row_type`` and ``mixed`` (what a class's
+        growth at one device needs besides the per-base figures). ``cols``: ``rows``, or as a slice where they are
+        ``0..n-1`` in order."""
+        self._rebuild(rows, mix)
+        st = self._state
+        if st is None:
+            raise RuntimeError("RowStore.class_rows before the state was built")
+        frag = st.frag[np.asarray(classes, dtype=np.intp)]
+        frag = frag[:, cols] if isinstance(cols, slice) else np.take(frag, cols, axis=1)
+        return frag, st.row_type[cols], st.mixed[cols]
 
     def _rebuild(self, rows: np.ndarray, mix: Mix) -> None:
         cap = len(self.stamp)

@@ -233,3 +233,30 @@ def test_cache_memory_is_bounded() -> None:
     newest = next(reversed(state.by_signature))
     assert newest[0] == (Shape("ACME", 1, 95, 0, 95),)
     assert all(isinstance(c, _ClassCache) for c in state.by_signature.values())
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_two_backends_equal_fresh_across_versions(seed: int) -> None:
+    """A pod asking two backends, and pods without devices under a mix of two backends: each backend's classes are
+    cached and re-weighted on their own, and the sum equals a fresh computation exactly."""
+    rng = random.Random(seed)
+    nodes = []
+    for _ in range(rng.randint(2, 7)):
+        node = _node(rng)
+        node.devices["BETA"] = [_device(j, rng.choice([0, 300, 700]), "BETA-Z9") for j in range(rng.randint(0, 3))]
+        nodes.append(node)
+    rows, stamps = np.arange(len(nodes), dtype=np.intp), np.arange(1, len(nodes) + 1, dtype=np.int64)
+    pool = _class_pool(rng) + [(Shape("BETA", 1, c, 0, c), float(cpu), 0.0) for c in (20, 60) for cpu in (0, 4000)]
+    signatures = [((Shape("ACME", 1, 30, 0, 30), Shape("BETA", 1, 40, 0, 40)), (1000, 0)),
+                  ((Shape("BETA", 1, 60, 0, 60),), (0, 0)), ((), (2000, 512))]
+    state = FgdState()
+    for version in range(1, 8):
+        workload = _workload(version, rng, pool)
+        for shapes, host in signatures:
+            batch = NodeBatch(nodes, None, rows=rows, generations=stamps, shapes=shapes, workload=workload, cache={})
+            cached = state.growth(batch, workload, "binpack", (1, 1, 1), host)
+            assert np.array_equal(cached, node_growth(nodes, shapes, workload, "binpack", (1, 1, 1), host))
+        r = rng.randrange(len(nodes))
+        for d in nodes[r].devices["BETA"][:1]:
+            d.used, d.usedcores, d.usedmem = d.used + 1, min(d.usedcores + 10, 100), min(d.usedmem + 100, 1000)
+        stamps[r] = stamps.max() + 1
