@@ -25,13 +25,16 @@ import numpy as np
 from hami_core.engine.workload import Shape
 from hami_core.plugins.types import MEM_PERCENTAGE_UNSET, DeviceUsage
 
-__all__ = ["FULL", "SELECT_MODES", "DeviceArrays", "Mix", "MixState", "device_growth", "fgd_device_order",
-           "fragmentation", "host_growth", "placement_delta"]
+__all__ = ["FULL", "SELECT_MODES", "WEIGHT_FREE_SELECTS", "DeviceArrays", "Mix", "MixState", "class_deltas",
+           "column_deltas", "device_growth", "fgd_device_order", "fragmentation", "host_class_deltas", "host_growth",
+           "placement_delta"]
 
 FULL = 1000.0
 #: How the device for a placement is picked: as the GPU policy's fit would (``binpack``: the busiest
 #: usable device, ``spread``: the idlest), or the device that grows fragmentation least (``fgd``).
 SELECT_MODES = ("binpack", "spread", "fgd")
+#: The modes whose device choice does not depend on the mix (see :func:`class_deltas`).
+WEIGHT_FREE_SELECTS = ("binpack", "spread")
 _NUMA_SPAN = 1024
 
 
@@ -92,14 +95,22 @@ class Mix:
     """
 
     def __init__(self, classes: Sequence[tuple[Shape, float, float, float]], types: Sequence[str]) -> None:
+        self.classes = tuple(classes)
+        #: What each class is, apart from its weight: (shape, CPU, memory). Per-row figures of a class depend on
+        #: these alone, so they stay valid across mix versions that only move the weights.
+        self.keys = tuple((c[0], c[2], c[3]) for c in self.classes)
         self.shapes = [c[0] for c in classes]
         self.weight = np.array([c[1] for c in classes], dtype=float)
         self.cpu = np.array([c[2] for c in classes], dtype=float)
         self.mem = np.array([c[3] for c in classes], dtype=float)
         self.nums = np.array([s.nums for s in self.shapes], dtype=float)
         self.types = list(types)
+        #: For a :meth:`subset`: the parent mix's base of each of this mix's bases.
+        self.parent_bases: np.ndarray | None = None
         bases: dict[tuple[int, int, int], int] = {}
         self.base = np.array([bases.setdefault(_base_key(s), len(bases)) for s in self.shapes], dtype=np.intp)
+        #: What each base books on one device (:func:`_base_key`), in base order.
+        self.base_keys = list(bases)
         self.base_spec = _Spec.of([Shape("", 1, c, m, p) for c, m, p in bases], ())
         #: ``(classes, types + 1)``: the types each class accepts, padding last (never); None: all accept.
         self.type_ok: np.ndarray | None = None
@@ -109,6 +120,16 @@ class Mix:
 
     def __len__(self) -> int:
         return len(self.shapes)
+
+
+    def subset(self, classes: Sequence[int]) -> Mix:
+        """The mix of only ``classes`` (indices), over the same types; ``parent_bases`` maps its bases to this
+        mix's (see :meth:`RowStore.sub_state <hami_core.engine.rowstore.RowStore.sub_state>`)."""
+        sub = Mix([self.classes[i] for i in classes], self.types)
+        first = {int(b): int(self.base[i]) for i, b in zip(reversed(list(classes)), reversed(sub.base.tolist()),
+                                                           strict=True)}
+        sub.parent_bases = np.array([first[b] for b in range(len(first))], dtype=np.intp)
+        return sub
 
     def usable(self, dev: DeviceArrays, used: np.ndarray, usedcores: np.ndarray, usedmem: np.ndarray) -> np.ndarray:
         """``(classes, rows, devices)``: which devices each class could take, on the given usage."""
@@ -294,9 +315,7 @@ def device_growth(dev: DeviceArrays, request: Shape, mix: Mix, host_after: np.nd
     if len(mix) and state is None:
         state = MixState.of(dev, mix)
     if columns is not None:
-        rows = np.arange(len(dev.present))
-        dev = DeviceArrays(*(a[rows, columns][:, None] if a.ndim == 2 and f != "host" else a
-                             for f, a in ((f, getattr(dev, f)) for f in DeviceArrays.__slots__)))
+        dev = _column(dev, columns)
     inc = spec.usable(dev, dev.used, dev.usedcores, dev.usedmem)[0]
     if state is None:  # no mix: nothing to fragment
         return np.zeros(inc.shape), inc
@@ -308,6 +327,13 @@ def device_growth(dev: DeviceArrays, request: Shape, mix: Mix, host_after: np.nd
         rows = np.flatnonzero(state.mixed)
         delta[rows] = _growth_by_class(dev.take(rows), post.take(rows), mix, state.take(rows), host_after[rows])
     return np.round(delta, 6), inc
+
+
+def _column(dev: DeviceArrays, columns: np.ndarray) -> DeviceArrays:
+    """Each row's device ``columns[row]`` alone, as ``(rows, 1)`` arrays (the host figures unchanged)."""
+    rows = np.arange(len(dev.present))
+    return DeviceArrays(*(a[rows, columns][:, None] if a.ndim == 2 and f != "host" else a
+                          for f, a in ((f, getattr(dev, f)) for f in DeviceArrays.__slots__)))
 
 
 @dataclass(slots=True)
@@ -339,13 +365,18 @@ def _growth_by_class(dev: DeviceArrays, post: _Post, mix: Mix, state: MixState, 
 
     The definition, used on rows mixing device types; :func:`_growth_by_base` gives the same figures on
     rows of one type at the cost of the bases."""
+    return np.tensordot(mix.weight, _deltas_by_class(dev, post, mix, state, host_after), axes=1)
+
+
+def _deltas_by_class(dev: DeviceArrays, post: _Post, mix: Mix, state: MixState, host_after: np.ndarray) -> np.ndarray:
+    """``after_c - frag_c`` of every class, row and device, ``(classes, rows, devices)`` (unweighted)."""
     u = mix.usable(dev, dev.used, dev.usedcores, dev.usedmem)  # (C, R, G): the devices it would take
     u2 = mix.usable(dev, post.used, post.cores, post.mem)  # ... as if each had taken the request
     n2 = state.n_ok[:, :, None] - u + u2
     s2 = state.strand[:, :, None] - np.where(u, 0.0, post.share) + np.where(u2, 0.0, post.post_share)
     t2 = state.total[:, None] - post.share + post.post_share  # (R, G)
     after = np.where((n2 >= mix.nums[:, None, None]) & _host_fits(host_after, mix)[:, :, None], s2, t2)
-    return np.tensordot(mix.weight, after - state.frag[:, :, None], axes=1)
+    return after - state.frag[:, :, None]
 
 
 def _growth_by_base(dev: DeviceArrays, post: _Post, mix: Mix, state: MixState, host_after: np.ndarray) -> np.ndarray:
@@ -416,6 +447,101 @@ def placement_delta(dev: DeviceArrays, request: Shape, mix: Mix, *, select: str 
             dev.usedmem[rows, pick] += spec.need(dev.totalmem)[0][rows, pick]
     alive &= (host_after[:, 0] >= 0) & (host_after[:, 1] >= 0)
     return np.where(alive, np.round(total, 6), np.inf)
+
+
+def class_deltas(dev: DeviceArrays, request: Shape, mix: Mix, *, select: str = "binpack",
+                 weights: tuple[int, int, int] = (1, 1, 1), host_need: tuple[float, float] = (0.0, 0.0),
+                 state: MixState | None = None, picks: np.ndarray | None = None,
+                 column: dict[str, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per class, how each row's fragments grow if ``request`` is placed there, unweighted: ``(classes, rows)``;
+    and which rows can take it, ``(rows,)`` (their deltas are 0 elsewhere).
+
+    Only for device choices that do not depend on the mix (:data:`WEIGHT_FREE_SELECTS`): the devices, and so
+    every class's delta, are then the same under any weights, and :func:`placement_delta` is ``mix.weight @
+    deltas`` (``inf`` where the row cannot take it; equal up to the order of the floating-point sums, which the
+    rounding to 1e-6 milli absorbs). A cache can keep the deltas and re-weight them when the mix's weights
+    move, and compute only classes new to the mix (the deltas of a class do not depend on the other classes).
+    ``state``: the rows' :class:`MixState` under ``mix``, if known.
+
+    Also returns the device each step took on each row, ``(request.nums, rows)``: they do not depend on the mix,
+    so a caller computing more classes on the same rows later passes them back as ``picks`` and skips the
+    choice (the rows must be unchanged); the returned ``alive`` is then all true (the caller has it). With
+    ``column`` (a dict), the first step's per-base figures are put there (see :func:`column_deltas`).
+    """
+    if select not in WEIGHT_FREE_SELECTS:
+        raise ValueError(f"select must be one of {WEIGHT_FREE_SELECTS}, got {select!r}")
+    rows = np.arange(len(dev.present))
+    deltas = np.zeros((len(mix), len(rows)))
+    alive = np.ones(len(rows), dtype=bool)
+    cores = min(request.cores, 100)
+    host_after = dev.host - np.asarray(host_need, dtype=float)
+    spec = _Spec.of([request], mix.types)
+    chosen = np.zeros((request.nums, len(rows)), dtype=np.intp) if picks is None else picks
+    for step in range(request.nums):
+        if picks is None:
+            inc = spec.usable(dev, dev.used, dev.usedcores, dev.usedmem)[0]
+            chosen[step] = pick = np.argmax(_selection_key(dev, inc, None, select, weights), axis=1)
+            alive &= inc[rows, pick]
+        else:
+            pick = picks[step]
+        if len(mix):
+            if step or state is None:  # each pick changes the row before the next, as the fit does
+                state = MixState.of(dev, mix)
+            col = _column(dev, pick)
+            post = _Post(col, spec.need(col.totalmem)[0], float(cores))
+            step_deltas = _deltas_at_column(col, post, mix, state, host_after, column if step == 0 else None)
+            deltas += np.where(alive, step_deltas, 0.0)
+        if step + 1 < request.nums:
+            dev = dev.copy() if step == 0 else dev
+            dev.host = host_after
+            dev.used[rows, pick] += 1
+            dev.usedcores[rows, pick] += cores
+            dev.usedmem[rows, pick] += spec.need(dev.totalmem)[0][rows, pick]
+    if picks is None:
+        alive &= (host_after[:, 0] >= 0) & (host_after[:, 1] >= 0)
+    return deltas, alive, chosen
+
+
+def _deltas_at_column(dev: DeviceArrays, post: _Post, mix: Mix, state: MixState, host_after: np.ndarray,
+                      column: dict[str, np.ndarray] | None = None) -> np.ndarray:
+    """``after_c - frag_c`` per class and row when each row's one device (``dev`` has one column) takes the request.
+
+    Rows of one device type go through the bases (:func:`column_deltas`); rows mixing types are counted class by
+    class. ``column``: receives the per-base figures."""
+    ub = mix.base_spec.usable(dev, dev.used, dev.usedcores, dev.usedmem)[:, :, 0]  # (B, R)
+    ub2 = mix.base_spec.usable(dev, post.used, post.cores, post.mem)[:, :, 0]
+    share, post_share = post.share[:, 0], post.post_share[:, 0]
+    n2 = state.n_base - ub + ub2
+    s2 = state.s_base - np.where(ub, 0.0, share) + np.where(ub2, 0.0, post_share)
+    t2 = state.total - share + post_share
+    if column is not None:
+        column.update(n2=n2, s2=s2, t2=t2)
+    out = column_deltas(mix, n2, s2, t2, state.frag, state.row_type, host_after)
+    if state.mixed.any():
+        rows = np.flatnonzero(state.mixed)
+        by_class = _deltas_by_class(dev.take(rows), post.take(rows), mix, state.take(rows), host_after[rows])
+        out[:, rows] = by_class[:, :, 0]
+    return out
+
+
+def column_deltas(mix: Mix, n2: np.ndarray, s2: np.ndarray, t2: np.ndarray, frag: np.ndarray, row_type: np.ndarray,
+                  host_after: np.ndarray) -> np.ndarray:
+    """``after_c - frag_c`` per class and row, on rows of one device type, from the per-base figures after one device
+    of a request went to each row's chosen device: ``n2``/``s2`` ``(bases, rows)``, each base's usable devices and
+    strand after; ``t2`` ``(rows,)``, the free share after; ``frag`` and ``row_type`` as in :class:`MixState`.
+
+    As :func:`_growth_by_base`: a class refusing the row's type has ``after = t2``; one accepting it its base's
+    strand where its base still finds enough devices and its CPU and memory fit, else ``t2``. The per-base figures
+    do not depend on the classes, so a cache that keeps them computes a class new to the mix from them alone."""
+    fits = mix.accepts(row_type) & _host_fits(host_after, mix) & (n2[mix.base] >= mix.nums[:, None])
+    return np.where(fits, s2[mix.base], t2) - frag
+
+
+def host_class_deltas(state: MixState, host_free: np.ndarray, host_need: tuple[float, float], mix: Mix) -> np.ndarray:
+    """Per class, how each row's fragments grow if a pod without devices takes ``host_need`` CPU and memory there,
+    ``(classes, rows)``, unweighted: :func:`host_growth` is ``mix.weight @`` these."""
+    fits = (state.n_ok >= mix.nums[:, None]) & _host_fits(host_free - np.asarray(host_need, dtype=float), mix)
+    return np.where(fits, state.strand, state.total) - state.frag
 
 
 def _selection_key(dev: DeviceArrays, inc: np.ndarray, delta: np.ndarray | None, select: str,

@@ -72,22 +72,77 @@ class RowStore:
         return DeviceArrays(a[0] > 0, a[1], a[2], a[3], a[4], a[5], a[6], self.type_idx[rows], self.order[rows],
                             self.host[rows])
 
+    def columns(self, rows: np.ndarray, columns: np.ndarray) -> DeviceArrays:
+        """Device ``columns[i]`` of each row ``rows[i]`` alone, ``(rows, 1)`` arrays: cheaper than a :meth:`view`
+        when only the device a pod takes matters."""
+        flat = rows * self.width + columns  # one flat gather per field: faster than ``arr[:, rows, columns]``
+        a = np.take(self.arr.reshape(_FIELDS, -1), flat, axis=1)[:, :, None]
+        return DeviceArrays(a[0] > 0, a[1], a[2], a[3], a[4], a[5], a[6], np.take(self.type_idx, flat)[:, None],
+                            np.take(self.order, flat)[:, None], self.host[rows])
+
     def type_list(self) -> list[str]:
         return sorted(self.types, key=self.types.__getitem__)
 
     # ------------------------------------------------------------------------------------ mix state
     def mix_for(self, version: int, classes: Sequence[MixClass]) -> Mix:
-        """The mix over this store's types (rebuilt when the mix or the known types change)."""
+        """The mix over this store's types (rebuilt when the mix or the known types change). The rows' state is
+        kept across versions whose classes (:attr:`Mix.keys`) are unchanged: only their weights moved."""
         key = (version, len(self.types))
         if self._mix_key != key or self.mix is None:
             self._mix_key = key
-            self.mix = Mix(classes, self.type_list())
-            self._state_stamp[:] = -1
-            self._state = None
+            mix = Mix(classes, self.type_list())
+            if self.mix is not None and self._state is not None and mix.keys == self.mix.keys \
+                    and mix.types == self.mix.types:
+                # only the weights moved: the rows' state depends on the classes alone, bar its weighted sum
+                self._state.weighted[:] = mix.weight @ self._state.frag
+            else:
+                self._state_stamp[:] = -1
+                self._state = None
+            self.mix = mix
         return self.mix
 
     def state(self, rows: np.ndarray, mix: Mix) -> MixState:
         """The rows' :class:`MixState` under ``mix`` (the one :meth:`mix_for` returned), rebuilt where stale."""
+        self._rebuild(rows, mix)
+        return self._take(rows)
+
+    def sub_state(self, rows: np.ndarray, mix: Mix, sub: Mix, classes: list[int],
+                  cols: slice | None = None) -> MixState:
+        """The rows' state under ``sub``, the :meth:`Mix.subset` of ``classes`` of ``mix`` (the one :meth:`mix_for`
+        returned): gathers only those classes (and their bases). ``cols``: ``rows`` as a slice, where they are
+        ``0..n-1`` in order (views instead of gathers)."""
+        if sub.parent_bases is None:
+            raise ValueError("sub_state needs a Mix.subset")
+        self._rebuild(rows, mix)
+        st = self._state
+        if st is None:
+            raise RuntimeError("RowStore.sub_state before the state was built")
+        idx = np.asarray(classes, dtype=np.intp)
+
+        at = rows if cols is None else cols
+
+        def pick(a: np.ndarray, which: np.ndarray) -> np.ndarray:  # whole rows first, then columns: no 2-D fancy index
+            return a[which][:, cols] if cols is not None else np.take(a[which], rows, axis=1)
+
+        frag = pick(st.frag, idx)
+        return MixState(pick(st.n_ok, idx), pick(st.strand, idx), frag, st.total[at], sub.weight @ frag,
+                        pick(st.n_base, sub.parent_bases), pick(st.s_base, sub.parent_bases), st.row_type[at],
+                        st.mixed[at])
+
+    def class_rows(self, rows: np.ndarray, mix: Mix, classes: list[int],
+                   cols: np.ndarray | slice) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Of the rows' state under ``mix``: ``frag`` of ``classes`` only, ``row_type`` and ``mixed`` (what a class's
+        growth at one device needs besides the per-base figures). ``cols``: ``rows``, or as a slice where they are
+        ``0..n-1`` in order."""
+        self._rebuild(rows, mix)
+        st = self._state
+        if st is None:
+            raise RuntimeError("RowStore.class_rows before the state was built")
+        frag = st.frag[np.asarray(classes, dtype=np.intp)]
+        frag = frag[:, cols] if isinstance(cols, slice) else np.take(frag, cols, axis=1)
+        return frag, st.row_type[cols], st.mixed[cols]
+
+    def _rebuild(self, rows: np.ndarray, mix: Mix) -> None:
         cap = len(self.stamp)
         if self._state is None or self._state.n_ok.shape != (len(mix), cap):
             classes, bases = len(mix), int(mix.base_spec.cores.shape[0])
@@ -105,7 +160,6 @@ class RowStore:
                 else:
                     target[stale] = getattr(fresh, f)
             self._state_stamp[stale] = self.stamp[stale]
-        return self._take(rows)
 
     def _take(self, rows: np.ndarray) -> MixState:
         """The state's columns for ``rows``, gathered into buffers this store reuses.
