@@ -74,7 +74,8 @@ def device_select(policy: GpuPolicy) -> str:
     return "binpack" if policy.has("topology-aware") else "spread"
 
 
-#: Bytes of growth caches one engine keeps; beyond it the least recently used request signatures are dropped.
+#: Bytes of growth caches one engine keeps by default (``scheduler.fgd.cacheMiB``); beyond it the least recently
+#: used request signatures are dropped.
 #: A signature whose device choice does not depend on the mix keeps ``classes x table rows`` float64 deltas plus,
 #: for a one-device request, ``2 x bases x rows`` per-base figures (5,000 nodes x 46 classes: ~2.7 MB; 1,213 nodes
 #: x ~100 classes, the gpuspec33 mix: ~1.3 MB), so this holds about 100-200 of them.
@@ -520,7 +521,7 @@ def hami_prescore_nodes(pod: Mapping[str, Any], batch: NodeBatch, policy: GpuPol
     if batch.cache is not None and batch.rows is not None and batch.generations is not None:
         state = batch.cache.get(FGD)
         if not isinstance(state, FgdState):
-            state = batch.cache[FGD] = FgdState()
+            state = batch.cache[FGD] = FgdState(workload.cache_mib * 2**20)
         growth = state.growth(batch, workload, select, policy.weights, host_requests(pod))
     else:
         growth = node_growth(batch.nodes, batch.shapes, workload, select, policy.weights, host_requests(pod))

@@ -65,6 +65,9 @@ class FgdConfig(BaseModel):
     score_steps: int | None = Field(None, alias="scoreSteps", ge=1, le=10000)
     #: Keep the most popular classes covering this fraction of pods.
     coverage: float = Field(0.95, gt=0, le=1)
+    #: MiB of growth caches the policy keeps (least recently used request signatures dropped first); 0 = none
+    #: kept between decisions. The default holds ~100 signatures of a 5,000-node cluster (docs/fgd.md, Cost).
+    cache_mib: int = Field(256, alias="cacheMiB", ge=0)
     #: A fixed mix; when given, online learning is off.
     workload: tuple[FgdClass, ...] = ()
 

@@ -80,6 +80,8 @@ class Workload:
     #: How finely fragmentation growth is scored (``scheduler.fgd.scoreSteps``), for policies reading the mix;
     #: None: not configured (see :attr:`steps`).
     score_steps: int | None = None
+    #: MiB of caches a policy reading the mix may keep (``scheduler.fgd.cacheMiB``).
+    cache_mib: int = 256
 
     @property
     def steps(self) -> int:
@@ -129,7 +131,7 @@ class WorkloadModel:
 
     def __init__(self, window: int = 1000, *, tolerance: float = 0.02, coverage: float = 0.95,
                  fixed: Sequence[MixClass] | None = None,
-                 score_steps: int | None = None) -> None:
+                 score_steps: int | None = None, cache_mib: int = 256) -> None:
         if window <= 0:
             raise ValueError(f"window must be > 0, got {window}")
         self.window = window
@@ -141,10 +143,12 @@ class WorkloadModel:
         self._fixed = bool(fixed)
         self._weights: dict[tuple[Shape, int], float] = {}
         self.score_steps = score_steps
-        self._snapshot = Workload(0, score_steps=score_steps)
+        self.cache_mib = cache_mib
+        self._snapshot = Workload(0, score_steps=score_steps, cache_mib=cache_mib)
         if fixed:
             total = sum(c[1] for c in fixed) or 1.0
-            self._snapshot = Workload(0, tuple((s, w / total, cpu, mem) for s, w, cpu, mem in fixed), score_steps)
+            self._snapshot = Workload(0, tuple((s, w / total, cpu, mem) for s, w, cpu, mem in fixed), score_steps,
+                                      cache_mib)
 
     @property
     def learning(self) -> bool:
@@ -195,5 +199,6 @@ class WorkloadModel:
                 covered += w
                 kept.append((k[0], w, float(k[1]), self._mem[k] / self._counts[k]))
             self._snapshot = Workload(self._snapshot.version + 1,
-                                      tuple((s, w / covered, cpu, mem) for s, w, cpu, mem in kept), self.score_steps)
+                                      tuple((s, w / covered, cpu, mem) for s, w, cpu, mem in kept), self.score_steps,
+                                      self.cache_mib)
         return self._snapshot

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from core_helpers import acme, acme_device, make_node, make_pod, scheduled
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -260,3 +261,21 @@ def test_two_backends_equal_fresh_across_versions(seed: int) -> None:
         for d in nodes[r].devices["BETA"][:1]:
             d.used, d.usedcores, d.usedmem = d.used + 1, min(d.usedcores + 10, 100), min(d.usedmem + 100, 1000)
         stamps[r] = stamps.max() + 1
+
+
+@pytest.mark.parametrize(("configured", "expected"), [(None, 256 * 2**20), (1, 2**20), (0, 0)])
+def test_cache_bound_comes_from_config(make_engine: Any, configured: int | None, expected: int) -> None:
+    """``scheduler.fgd.cacheMiB`` bounds the policy's caches in the engine that uses it (default 256 MiB); with 0
+    nothing is kept between decisions, and decisions stay the same."""
+    fgd: dict[str, Any] = {"workload": [{"backend": "ACME", "cores": 50, "memory": 500}]}
+    if configured is not None:
+        fgd["cacheMiB"] = configured
+    engine = make_engine({"acme": {}, "scheduler": {"nodeSchedulerPolicy": "fgd", "gpuSchedulerPolicy": "binpack",
+                                                    "fgd": fgd}})
+    for n in range(3):
+        engine.upsert_node(make_node(f"n{n}", [acme_device(0, devmem=1000, id=f"n{n}-g0")]))
+    engine.upsert_pod(scheduled(make_pod("run"), "n1", "n1-g0,ACME,300,30:;"))
+    assert engine.schedule(make_pod("p", acme(1, 100, 10)), limit=1).node == "n1"
+    state = engine.plugin_cache["fgd"]
+    assert isinstance(state, FgdState) and state.cache_bytes == expected
+    assert len(state.by_signature) == 1  # the last signature is kept whatever the bound
