@@ -34,6 +34,7 @@ class DevicePluginApp:
         if devices is None:
             raise HamiError(f"no plugin implements hami_discover_devices for backend {backend.name}")
         self.devices = list(devices)
+        self._device_ids = frozenset(d.id for d in self.devices)
         allocator = Allocator(cluster, node_name, backend, lambda pod, index, devs: pm.hook.hami_allocate(
             backend=backend, pod=pod, container_index=index, devices=devs))
         cfg = backend.config
@@ -91,6 +92,10 @@ class DevicePluginApp:
     # ------------------------------------------------------------------------------------ health
     def _on_health(self, device_id: str, healthy: bool) -> None:
         """``on_health`` of ``hami_watch_health``: kubelet's list and the registration follow the device."""
+        if device_id not in self._device_ids:
+            # A vendor bug; advertising it would put a device kubelet never saw into the registration.
+            log.warning("backend %s: health report for unknown device %r ignored", self.backend.name, device_id)
+            return
         self.server.set_health(device_id, healthy)
         self._register_now.set()
 

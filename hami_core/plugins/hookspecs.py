@@ -346,12 +346,14 @@ def hami_watch_health(
 
     Phase: node side, once per device-plugin start, after :func:`hami_discover_devices` found at least
     one device. Stops at the first non-``None`` result. ``devices`` are the discovered devices; the
-    watch calls ``on_health(device_id, healthy)`` from its own thread whenever a device's health
-    changes, and the device plugin then re-sends its ListAndWatch list (every replica of the device
-    ``Unhealthy``) and re-writes the node registration annotation. ``on_health`` is cheap and
-    thread-safe. Return ``None`` when there is nothing to watch (checks disabled by configuration, fake
-    devices, no driver): the devices then stay ``Healthy``. An exception is logged and the plugin serves
-    with health checks off; it never stops the plugin.
+    watch calls ``on_health(device_id, healthy)`` (``device_id`` is a ``DeviceInfo.id``) from its own
+    thread whenever a device's health changes, and the device plugin then re-sends its ListAndWatch
+    list (every replica of the device ``Unhealthy``) and re-writes the node registration annotation;
+    ``healthy=True`` brings a device back (HAMi's NVIDIA plugin never does). ``on_health`` is cheap,
+    thread-safe, and ignores (with a warning) an id that was not discovered. Return ``None`` when there
+    is nothing to watch (checks disabled by configuration, fake devices, no driver): the devices then
+    stay ``Healthy``. An exception is logged and the plugin serves with health checks off; it never
+    stops the plugin.
 
     :returns: a started :class:`HealthWatch`; the device plugin calls its ``stop()`` when it stops.
 

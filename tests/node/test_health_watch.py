@@ -9,7 +9,8 @@ test (it stands in for a vendor's driver events). What the tests pin down:
 * no implementation: one info line, every device Healthy; a hook that raises or returns a watch without
   ``stop()``: an error line and the plugin still registers and serves;
 * ``stop()`` stops the watch and no watch thread is left; a kubelet restart keeps an unhealthy device
-  unhealthy (no recovery short of a process restart, as HAMi).
+  unhealthy (HAMi's NVIDIA watch never reports recovery); a watch that reports ``healthy=True`` brings the
+  device back; an id that was not discovered is ignored with a warning.
 """
 
 from __future__ import annotations
@@ -212,6 +213,26 @@ def test_every_open_stream_resends_and_health_survives_a_kubelet_restart(make_ap
         assert health_of(next(stream))[f"{GPU_A}-0"] == "Unhealthy"
         stream.cancel()
     assert len(vendor.calls) == 1  # a restart does not start a second watch
+
+
+def test_a_device_can_come_back_and_unknown_ids_are_ignored(make_app, kubelet: FakeKubelet,
+                                                            caplog: pytest.LogCaptureFixture) -> None:
+    vendor = WatchingVendor()
+    make_app(vendor)
+    feed = vendor.watches[0].feed
+    reg = kubelet.next_registration()
+    with kubelet.connect(reg.endpoint) as client, caplog.at_level(logging.WARNING, logger="hami.node"):
+        stream = watch(client)
+        next(stream)
+        feed.put(("GPU-not-on-this-node", False))
+        feed.put((GPU_B, False))
+        # The unknown id caused no re-send: the first one already carries GPU_B's change, and no stray device.
+        assert health_of(next(stream)) == {f"{GPU_A}-0": "Healthy", f"{GPU_A}-1": "Healthy",
+                                           f"{GPU_B}-0": "Unhealthy", f"{GPU_B}-1": "Unhealthy"}
+        feed.put((GPU_B, True))
+        assert set(health_of(next(stream)).values()) == {"Healthy"}
+        stream.cancel()
+    assert "backend ACME: health report for unknown device 'GPU-not-on-this-node' ignored" in caplog.messages
 
 
 def test_no_implementation_one_info_line_every_device_healthy(make_app, kubelet: FakeKubelet,
