@@ -1,4 +1,4 @@
-"""Wiring for ``hami device-plugin``: discover through the vendor hook, serve, register, watch kubelet."""
+"""Wiring for ``hami device-plugin``: discover through the vendor hook, serve, register, watch kubelet and health."""
 
 from __future__ import annotations
 
@@ -9,17 +9,17 @@ from typing import Any
 
 from hami_core.cluster.base import Cluster
 from hami_core.node.allocate import Allocator
-from hami_core.node.register import RegistrationWriter
+from hami_core.node.register import ERROR_INTERVAL_S, RegistrationWriter
 from hami_core.node.server import KUBELET_SOCKET, DevicePluginServer, KubeletWatcher, socket_name
 from hami_core.plugins.errors import HamiError
-from hami_core.plugins.types import DeviceBackend
+from hami_core.plugins.types import DeviceBackend, HealthWatch
 from hami_core.wire import keys
 
 log = logging.getLogger("hami.node")
 
 
 class DevicePluginApp:
-    """One vendor backend on one node: the gRPC server, the register loop and the kubelet watcher."""
+    """One vendor backend on one node: the gRPC server, the register loop, the kubelet and health watchers."""
 
     def __init__(self, pm: Any, backend: DeviceBackend, cluster: Cluster, node_name: str, *,
                  plugin_dir: str | Path, kubelet_socket: str | Path | None = None,
@@ -34,6 +34,7 @@ class DevicePluginApp:
         if devices is None:
             raise HamiError(f"no plugin implements hami_discover_devices for backend {backend.name}")
         self.devices = list(devices)
+        self._device_ids = frozenset(d.id for d in self.devices)
         allocator = Allocator(cluster, node_name, backend, lambda pod, index, devs: pm.hook.hami_allocate(
             backend=backend, pod=pod, container_index=index, devices=devs))
         cfg = backend.config
@@ -45,7 +46,13 @@ class DevicePluginApp:
         self.writer = RegistrationWriter(cluster, node_name, backend.register_annotation or keys.NODE_NVIDIA_REGISTER)
         self.watcher = KubeletWatcher(self.kubelet_socket, self.restart, interval_s=watch_interval_s)
         self.register_interval_s = register_interval_s
+        #: The vendor's running health watch (``hami_watch_health``), ``None`` when there is none.
+        self.health_watch: HealthWatch | None = None
+        self._health_started = False
         self._stop = threading.Event()
+        # Set on a health change so the register loop writes the new health at once, not up to 30 s later:
+        # until then the scheduler would keep placing pods on a device kubelet already refuses.
+        self._register_now = threading.Event()
         self._threads: list[threading.Thread] = []
 
     def restart(self) -> None:
@@ -63,14 +70,68 @@ class DevicePluginApp:
         else:
             self.server.start()
         self.watcher.start()
-        t = threading.Thread(target=self.writer.run, args=(self.server.devices, self._stop),
-                             kwargs={"interval_s": self.register_interval_s}, name="hami-register", daemon=True)
+        self._start_health_watch()
+        t = threading.Thread(target=self._register_loop, name="hami-register", daemon=True)
         t.start()
         self._threads.append(t)
 
     def stop(self) -> None:
         self._stop.set()
+        self._register_now.set()
+        watch, self.health_watch = self.health_watch, None
+        if watch is not None:
+            try:
+                watch.stop()
+            except Exception as exc:  # a vendor bug must not keep the socket and the other threads alive
+                log.error("backend %s: stopping the health watch failed: %s", self.backend.name, exc)
         self.watcher.stop()
         self.server.stop()
         for t in self._threads:
             t.join(5.0)
+
+    # ------------------------------------------------------------------------------------ health
+    def _on_health(self, device_id: str, healthy: bool) -> None:
+        """``on_health`` of ``hami_watch_health``: kubelet's list and the registration follow the device."""
+        if device_id not in self._device_ids:
+            # A vendor bug; advertising it would put a device kubelet never saw into the registration.
+            log.warning("backend %s: health report for unknown device %r ignored", self.backend.name, device_id)
+            return
+        self.server.set_health(device_id, healthy)
+        self._register_now.set()
+
+    def _start_health_watch(self) -> None:
+        """Ask the vendor for a health watch, once. Any failure leaves the devices Healthy and the plugin serving."""
+        if self._health_started or not self.devices:
+            return
+        self._health_started = True
+        name = self.backend.name
+        try:
+            watch = self.pm.hook.hami_watch_health(backend=self.backend, devices=list(self.devices),
+                                                  on_health=self._on_health)
+        except Exception as exc:
+            log.error("backend %s: the device health watch failed to start (%s: %s); serving with health "
+                      "checks off, every device stays Healthy", name, type(exc).__name__, exc)
+            log.debug("health watch start failure", exc_info=True)
+            return
+        if watch is None:
+            log.info("backend %s: no device health watch; every device stays Healthy", name)
+            return
+        if not callable(getattr(watch, "stop", None)):
+            log.error("backend %s: hami_watch_health returned %r, which has no stop(); it cannot be stopped",
+                      name, watch)
+            return
+        self.health_watch = watch
+        log.info("backend %s: watching the health of %d devices", name, len(self.devices))
+
+    # ------------------------------------------------------------------------------------ registration
+    def _register_loop(self) -> None:
+        """Write the registration every ``register_interval_s`` (after an error sooner), and on a health change."""
+        while not self._stop.is_set():
+            try:
+                self.writer.write(self.server.devices())
+                wait = self.register_interval_s
+            except Exception as exc:
+                log.warning("node %s: cannot write %s: %s", self.node_name, self.writer.annotation, exc)
+                wait = ERROR_INTERVAL_S
+            self._register_now.wait(wait)
+            self._register_now.clear()

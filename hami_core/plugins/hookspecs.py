@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping, MutableMapping, Sequence
+    from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 
     from hami_core.plugins.types import (
         ContainerAllocation,
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
         FitResult,
         GpuPolicy,
         HealthReport,
+        HealthWatch,
         LockSpec,
         Mutation,
         NodeBatch,
@@ -343,6 +344,37 @@ def hami_discover_devices(backend: DeviceBackend) -> Sequence[DeviceInfo] | None
     driver is missing: return ``[]`` and log.
 
     :returns: the devices to advertise and register.
+    """
+
+
+@_hookspec(firstresult=True)
+def hami_watch_health(
+    backend: DeviceBackend, devices: Sequence[DeviceInfo], on_health: Callable[[str, bool], None]
+) -> HealthWatch | None:
+    """Start watching the health of this backend's local devices (NVIDIA: NVML XID events).
+
+    Phase: node side, once per device-plugin start, after :func:`hami_discover_devices` found at least
+    one device. Stops at the first non-``None`` result. ``devices`` are the discovered devices; the
+    watch calls ``on_health(device_id, healthy)`` (``device_id`` is a ``DeviceInfo.id``) from its own
+    thread whenever a device's health changes, and the device plugin then re-sends its ListAndWatch
+    list (every replica of the device ``Unhealthy``) and re-writes the node registration annotation;
+    ``healthy=True`` brings a device back (HAMi's NVIDIA plugin never does). ``on_health`` is cheap,
+    thread-safe, and ignores (with a warning) an id that was not discovered. Return ``None`` when there
+    is nothing to watch (checks disabled by configuration, fake devices, no driver): the devices then
+    stay ``Healthy``. An exception is logged and the plugin serves with health checks off; it never
+    stops the plugin.
+
+    :returns: a started :class:`HealthWatch`; the device plugin calls its ``stop()`` when it stops.
+
+    Example::
+
+        @hookimpl
+        def hami_watch_health(backend, devices, on_health):
+            if backend.name != "ACME":
+                return None
+            watch = AcmeEventWatch([d.id for d in devices], on_error=lambda dev: on_health(dev, False))
+            watch.start()  # a daemon thread; watch.stop() sets an event and joins it
+            return watch
     """
 
 

@@ -567,3 +567,12 @@ class ContainerAllocation:
     mounts: tuple[Mount, ...] = ()
     devices: tuple[DeviceSpec, ...] = ()
     annotations: Mapping[str, str] = field(default_factory=dict)
+
+
+class HealthWatch(Protocol):
+    """Result of ``hami_watch_health``: a running device health watch that the device plugin stops on exit.
+
+    ``stop()`` must end the watch's threads and return within a few seconds, and be safe to call twice.
+    """
+
+    def stop(self) -> None: ...

@@ -12,6 +12,7 @@ at the same path in the plugin container, so paths created here are host paths):
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -24,7 +25,7 @@ from typing import Any
 from hami_core.plugins.types import ContainerAllocation, ContainerDevice, DeviceInfo, Mount
 from hami_core.wire.common import parse_go_bool
 from hami_nvidia.config import NvidiaConfig
-from hami_nvidia.detect import Gpu
+from hami_nvidia.detect import OVERRIDE_ENV, Gpu
 from hami_nvidia.version import __version__
 
 log = logging.getLogger("hami.nvidia.node")
@@ -164,8 +165,18 @@ def ignored_xids(environ: Mapping[str, str] | None = None) -> frozenset[int] | N
     return frozenset(ignored - enabled)
 
 
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 class XidHealthWatcher:
-    """Watches NVML XID events and calls ``on_unhealthy(uuid)`` (every GPU on a wait error; no recovery)."""
+    """Watches NVML XID events and calls ``on_unhealthy(uuid)`` (spec node.md §2.11; no recovery).
+
+    A critical XID not in ``ignored`` marks its GPU unhealthy; a failing event wait, or an event whose GPU
+    cannot be named, marks every GPU unhealthy (as NVIDIA's plugin does). The event's GPU is matched by
+    UUID, never by handle: pynvml handles are ctypes pointers, unhashable and compared by identity, and the
+    event carries a new pointer object.
+    """
 
     def __init__(self, nvml: Any, uuids: Sequence[str], on_unhealthy: Callable[[str], None], *,
                  ignored: frozenset[int] = IGNORED_XIDS, wait_ms: int = 5000) -> None:
@@ -177,15 +188,14 @@ class XidHealthWatcher:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def _register(self) -> tuple[Any, dict[Any, str]]:
+    def _register(self) -> Any:
+        """Create the event set and register every GPU's XID/ECC events on it; returns the event set."""
         nv = self.nvml
         error = getattr(nv, "NVMLError", Exception)
         events = nv.nvmlEventSetCreate()
-        handles: dict[Any, str] = {}
         for uuid in self.uuids:
             try:
                 handle = nv.nvmlDeviceGetHandleByUUID(uuid)
-                handles[handle] = uuid
                 mask = (XID_CRITICAL_ERROR | DOUBLE_BIT_ECC | SINGLE_BIT_ECC) & nv.nvmlDeviceGetSupportedEventTypes(
                     handle)
                 nv.nvmlDeviceRegisterEvents(handle, mask, events)
@@ -195,9 +205,14 @@ class XidHealthWatcher:
                     continue
                 log.warning("GPU %s: cannot register health events (%s); marking it unhealthy", uuid, exc)
                 self.on_unhealthy(uuid)
-        return events, handles
+        return events
 
-    def run_once(self, events: Any, handles: Mapping[Any, str]) -> None:
+    def _all_unhealthy(self) -> None:
+        for uuid in self.uuids:
+            self.on_unhealthy(uuid)
+
+    def run_once(self, events: Any) -> None:
+        """Wait for one event (at most ``wait_ms``) and act on it."""
         nv = self.nvml
         error = getattr(nv, "NVMLError", Exception)
         timeout = getattr(nv, "NVMLError_Timeout", None)
@@ -207,16 +222,21 @@ class XidHealthWatcher:
             if timeout is not None and isinstance(exc, timeout):
                 return
             log.error("NVML event wait failed (%s); marking every GPU unhealthy", exc)
-            for uuid in self.uuids:
-                self.on_unhealthy(uuid)
+            self._all_unhealthy()
             return
-        if data.eventType != XID_CRITICAL_ERROR or int(data.eventData) in self.ignored:
+        xid = int(data.eventData)
+        if int(data.eventType) != XID_CRITICAL_ERROR or xid in self.ignored:
             return
-        uuid = handles.get(data.device)
-        if uuid is None:
-            log.warning("XID %d on a GPU this plugin does not serve; ignored", int(data.eventData))
+        try:
+            uuid = _text(nv.nvmlDeviceGetUUID(data.device))
+        except error as exc:
+            log.error("XID %d on a GPU whose UUID cannot be read (%s); marking every GPU unhealthy", xid, exc)
+            self._all_unhealthy()
             return
-        log.warning("XID %d on %s", int(data.eventData), uuid)
+        if uuid not in self.uuids:
+            log.warning("XID %d on %s, a GPU this plugin does not serve; ignored", xid, uuid)
+            return
+        log.warning("XID %d on %s: marking it unhealthy", xid, uuid)
         self.on_unhealthy(uuid)
 
     def start(self) -> None:
@@ -224,16 +244,66 @@ class XidHealthWatcher:
         self._thread.start()
 
     def _run(self) -> None:
+        nv = self.nvml
         try:
-            self.nvml.nvmlInit()
-            events, handles = self._register()
+            nv.nvmlInit()
         except Exception as exc:
-            log.error("NVML health checks unavailable: %s", exc)
+            log.error("NVML health checks unavailable, every GPU stays Healthy: %s", exc)
             return
-        while not self._stop.is_set():
-            self.run_once(events, handles)
+        events = None
+        try:
+            events = self._register()
+            while not self._stop.is_set():
+                self.run_once(events)
+        except Exception as exc:  # a driver or binding surprise ends the checks, never the plugin
+            log.error("NVML health checks stopped, GPUs keep their last health: %s", exc)
+        finally:
+            # Balance nvmlInit (NVML counts them) and free the event set, as NVIDIA's plugin does on stop.
+            if events is not None:
+                with contextlib.suppress(Exception):
+                    nv.nvmlEventSetFree(events)
+            with contextlib.suppress(Exception):
+                nv.nvmlShutdown()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
 
     def stop(self) -> None:
+        """Stop and join the thread (returns within one event wait); safe to call twice."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(self.wait_ms / 1000 + 1)
+            if self._thread.is_alive():
+                log.warning("the NVML health thread did not stop within %.0f s (a hung driver call?)",
+                            self.wait_ms / 1000 + 1)
+
+
+def watch_health(devices: Sequence[DeviceInfo], on_health: Callable[[str, bool], None], *,
+                 environ: Mapping[str, str] | None = None, nvml: Any = None) -> XidHealthWatcher | None:
+    """``hami_watch_health`` for NVIDIA: a started :class:`XidHealthWatcher` over ``devices``, or ``None``.
+
+    ``None`` (with one log line saying why) when XID checks are disabled (``DP_DISABLE_HEALTHCHECKS=all`` or
+    ``xids``), when the devices come from the override devices file (fake GPUs: there is no NVML to ask), or
+    when ``pynvml`` is not installed. ``nvml`` replaces ``import pynvml`` (tests pass a fake driver).
+    """
+    environ = os.environ if environ is None else environ
+    fake = environ.get(OVERRIDE_ENV)
+    if fake:
+        log.info("GPUs come from the devices file %s (fake GPUs, no NVML): no XID health checks", fake)
+        return None
+    ignored = ignored_xids(environ)
+    if ignored is None:
+        log.info("XID health checks disabled (DP_DISABLE_HEALTHCHECKS=%s)", environ.get("DP_DISABLE_HEALTHCHECKS"))
+        return None
+    if nvml is None:
+        try:
+            import pynvml as nvml
+        except ImportError:
+            log.warning("pynvml (nvidia-ml-py) is not installed: no XID health checks")
+            return None
+    uuids = [d.id for d in devices]
+    watcher = XidHealthWatcher(nvml, uuids, lambda uuid: on_health(uuid, False), ignored=ignored)
+    watcher.start()
+    log.info("XID health checks on %d GPUs (ignored XIDs: %s)", len(uuids), ",".join(map(str, sorted(ignored))))
+    return watcher

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from typing import Any
 
 from hami_core import hookimpl
@@ -67,7 +67,7 @@ def hami_filter_nodes(backend: DeviceBackend, pod: Mapping[str, Any], request: D
 
 
 # ------------------------------------------------------------------------------------------ node side
-from hami_core.plugins.types import ContainerAllocation, ContainerDevice  # noqa: E402  (node-side hooks only)
+from hami_core.plugins.types import ContainerAllocation, ContainerDevice, HealthWatch  # noqa: E402  (node side only)
 
 
 @hookimpl
@@ -83,6 +83,17 @@ def hami_discover_devices(backend: DeviceBackend) -> list[DeviceInfo] | None:
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     return nv_node.device_infos(backend.config, gpus)
+
+
+@hookimpl
+def hami_watch_health(backend: DeviceBackend, devices: Sequence[DeviceInfo],
+                      on_health: Callable[[str, bool], None]) -> HealthWatch | None:
+    """NVML XID events (spec node.md §2.11); none with DP_DISABLE_HEALTHCHECKS=all/xids or fake GPUs."""
+    if not _mine(backend):
+        return None
+    from hami_nvidia import node as nv_node
+
+    return nv_node.watch_health(devices, on_health)
 
 
 @hookimpl

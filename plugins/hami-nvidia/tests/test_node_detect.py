@@ -9,7 +9,7 @@ import pytest
 
 from hami_nvidia import detect
 from hami_nvidia.config import parse_config
-from hami_nvidia.node import IGNORED_XIDS, XidHealthWatcher, device_infos, ignored_xids
+from hami_nvidia.node import IGNORED_XIDS, device_infos, ignored_xids
 
 UUID0 = "GPU-0f0e0d0c-0000-1111-2222-333344445555"
 UUID1 = "GPU-1a1b1c1d-0000-1111-2222-333344445555"
@@ -84,29 +84,6 @@ def test_probe_subprocess_without_pynvml_gives_no_devices(monkeypatch: pytest.Mo
     monkeypatch.delenv(detect.OVERRIDE_ENV, raising=False)
     # pynvml is not installed in CI; on a GPU machine with it, the probe's answer is a list either way.
     assert isinstance(detect.discover(refresh=True, timeout_s=20), list)
-
-
-def test_xid_health_watcher() -> None:
-    unhealthy: list[str] = []
-    events = iter([NVMLError_Timeout(), types.SimpleNamespace(eventType=0x8, eventData=13, device="h0"),
-                   types.SimpleNamespace(eventType=0x8, eventData=79, device="h1"),
-                   types.SimpleNamespace(eventType=0x1, eventData=0, device="h0")])
-
-    def wait(_set, _ms):
-        e = next(events)
-        if isinstance(e, Exception):
-            raise e
-        return e
-
-    nvml = types.SimpleNamespace(NVMLError=NVMLError, NVMLError_Timeout=NVMLError_Timeout, nvmlEventSetWait=wait)
-    w = XidHealthWatcher(nvml, [UUID0, UUID1], unhealthy.append)
-    handles = {"h0": UUID0, "h1": UUID1}
-    for _ in range(4):
-        w.run_once(None, handles)
-    assert unhealthy == [UUID1]  # XID 13 is an application error; SingleBitEcc events are ignored
-    nvml.nvmlEventSetWait = lambda *_: (_ for _ in ()).throw(NVMLError("GPU is lost"))
-    w.run_once(None, handles)
-    assert unhealthy == [UUID1, UUID0, UUID1]
 
 
 def test_ignored_xids_env() -> None:
