@@ -9,7 +9,7 @@ from typing import Any
 
 from hami_core.cluster.base import Cluster
 from hami_core.node.allocate import Allocator
-from hami_core.node.register import ERROR_INTERVAL_S, RegistrationWriter
+from hami_core.node.register import RegistrationWriter
 from hami_core.node.server import KUBELET_SOCKET, DevicePluginServer, KubeletWatcher, socket_name
 from hami_core.plugins.errors import HamiError
 from hami_core.plugins.types import DeviceBackend, HealthWatch
@@ -71,7 +71,9 @@ class DevicePluginApp:
             self.server.start()
         self.watcher.start()
         self._start_health_watch()
-        t = threading.Thread(target=self._register_loop, name="hami-register", daemon=True)
+        t = threading.Thread(target=self.writer.run, args=(self.server.devices, self._stop),
+                             kwargs={"interval_s": self.register_interval_s, "wake": self._register_now},
+                             name="hami-register", daemon=True)
         t.start()
         self._threads.append(t)
 
@@ -122,16 +124,3 @@ class DevicePluginApp:
             return
         self.health_watch = watch
         log.info("backend %s: watching the health of %d devices", name, len(self.devices))
-
-    # ------------------------------------------------------------------------------------ registration
-    def _register_loop(self) -> None:
-        """Write the registration every ``register_interval_s`` (after an error sooner), and on a health change."""
-        while not self._stop.is_set():
-            try:
-                self.writer.write(self.server.devices())
-                wait = self.register_interval_s
-            except Exception as exc:
-                log.warning("node %s: cannot write %s: %s", self.node_name, self.writer.annotation, exc)
-                wait = ERROR_INTERVAL_S
-            self._register_now.wait(wait)
-            self._register_now.clear()

@@ -44,8 +44,11 @@ class RegistrationWriter:
         return True
 
     def run(self, devices: Callable[[], Sequence[DeviceInfo]], stop: threading.Event, *,
-            interval_s: float = SUCCESS_INTERVAL_S, error_interval_s: float = ERROR_INTERVAL_S) -> None:
-        """Loop until ``stop``: write, then wait ``interval_s`` (``error_interval_s`` after an error)."""
+            interval_s: float = SUCCESS_INTERVAL_S, error_interval_s: float = ERROR_INTERVAL_S,
+            wake: threading.Event | None = None) -> None:
+        """Loop until ``stop``: write, then wait ``interval_s`` (``error_interval_s`` after an error) or until
+        ``wake`` is set (a device's health changed: the scheduler must not wait 30 s to stop using it)."""
+        wake = wake if wake is not None else stop
         while not stop.is_set():
             try:
                 self.write(devices())
@@ -53,4 +56,6 @@ class RegistrationWriter:
             except Exception as exc:
                 log.warning("node %s: cannot write %s: %s", self.node_name, self.annotation, exc)
                 wait = error_interval_s
-            stop.wait(wait)
+            wake.wait(wait)
+            if wake is not stop:
+                wake.clear()
