@@ -440,13 +440,21 @@ def placement_delta(dev: DeviceArrays, request: Shape, mix: Mix, *, select: str 
         alive &= inc[rows, pick]
         total += np.where(alive, chosen, 0.0)
         if step + 1 < request.nums:
-            dev = dev.copy() if step == 0 else dev
-            dev.host = host_after
-            dev.used[rows, pick] += 1
-            dev.usedcores[rows, pick] += cores
-            dev.usedmem[rows, pick] += spec.need(dev.totalmem)[0][rows, pick]
+            dev = _book_step(dev, rows, pick, host_after, cores, spec, copy=step == 0)
     alive &= (host_after[:, 0] >= 0) & (host_after[:, 1] >= 0)
     return np.where(alive, np.round(total, 6), np.inf)
+
+
+def _book_step(dev: DeviceArrays, rows: np.ndarray, pick: np.ndarray, host_after: np.ndarray, cores: float,
+               spec: _Spec, *, copy: bool) -> DeviceArrays:
+    """Each row after one device of a multi-device request was taken there (``pick``), as the fit books it before
+    choosing the next; ``copy`` first when ``dev`` is the caller's."""
+    dev = dev.copy() if copy else dev
+    dev.host = host_after
+    dev.used[rows, pick] += 1
+    dev.usedcores[rows, pick] += cores
+    dev.usedmem[rows, pick] += spec.need(dev.totalmem)[0][rows, pick]
+    return dev
 
 
 def class_deltas(dev: DeviceArrays, request: Shape, mix: Mix, *, select: str = "binpack",
@@ -492,11 +500,7 @@ def class_deltas(dev: DeviceArrays, request: Shape, mix: Mix, *, select: str = "
             step_deltas = _deltas_at_column(col, post, mix, state, host_after, column if step == 0 else None)
             deltas += np.where(alive, step_deltas, 0.0)
         if step + 1 < request.nums:
-            dev = dev.copy() if step == 0 else dev
-            dev.host = host_after
-            dev.used[rows, pick] += 1
-            dev.usedcores[rows, pick] += cores
-            dev.usedmem[rows, pick] += spec.need(dev.totalmem)[0][rows, pick]
+            dev = _book_step(dev, rows, pick, host_after, cores, spec, copy=step == 0)
     if picks is None:
         alive &= (host_after[:, 0] >= 0) & (host_after[:, 1] >= 0)
     return deltas, alive, chosen

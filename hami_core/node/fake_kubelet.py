@@ -4,7 +4,11 @@ client of a plugin's socket (what kubelet does after a plugin registers)."""
 from __future__ import annotations
 
 import queue
+import shutil
+import tempfile
+from collections.abc import Iterator
 from concurrent import futures
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +16,19 @@ import grpc
 
 from hami_core.node.deviceplugin.v1beta1 import api_pb2 as pb
 from hami_core.node.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
+
+
+@contextmanager
+def running_kubelet(prefix: str = "hk") -> Iterator[FakeKubelet]:
+    """A started :class:`FakeKubelet` in a fresh directory under ``/tmp`` (a unix socket path must stay under
+    ~107 bytes, longer than pytest's ``tmp_path`` allows), stopped and removed afterwards."""
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    kubelet = FakeKubelet(path).start()
+    try:
+        yield kubelet
+    finally:
+        kubelet.stop()
+        shutil.rmtree(path, ignore_errors=True)
 
 
 class FakeKubelet(pb_grpc.RegistrationServicer):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -24,14 +23,6 @@ def pod(name: str, ns: str = "default", node_name: str = "") -> dict[str, Any]:
     if node_name:
         spec["nodeName"] = node_name
     return {"metadata": {"name": name, "namespace": ns}, "spec": spec}
-
-
-@pytest.fixture
-def kc(api_client: Any) -> Iterator[KubeCluster]:
-    cluster = KubeCluster(api_client=api_client, qps=0, sync_timeout_s=5, backoff_initial_s=0.05,
-                          request_timeout_s=5)
-    yield cluster
-    cluster.close()
 
 
 def test_get_list_and_not_found(server: FakeApiServer, kc: KubeCluster) -> None:

@@ -8,11 +8,10 @@ import json
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
 from kubeapi.fake_apiserver import FakeApiServer
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "scheduler"))
@@ -37,14 +36,6 @@ def wait_for(cond: Callable[[], bool], timeout_s: float = 5.0) -> bool:
             return False
         time.sleep(0.02)
     return True
-
-
-@pytest.fixture
-def kc(api_client: Any) -> Iterator[KubeCluster]:
-    cluster = KubeCluster(api_client=api_client, qps=0, sync_timeout_s=5, backoff_initial_s=0.05,
-                          request_timeout_s=5)
-    yield cluster
-    cluster.close()
 
 
 class Seen:

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import grpc
 import pytest
@@ -15,7 +12,7 @@ from hami_core import hookimpl
 from hami_core.cluster.memory import MemoryCluster
 from hami_core.node.allocate import physical_device_id
 from hami_core.node.app import DevicePluginApp
-from hami_core.node.fake_kubelet import FakeKubelet
+from hami_core.node.fake_kubelet import FakeKubelet, running_kubelet
 from hami_core.plugins.manager import get_plugin_manager
 from hami_core.plugins.types import ContainerAllocation, DeviceBackend, DeviceInfo, Mount, ResourceNames
 from hami_core.wire import keys
@@ -56,18 +53,9 @@ def pod(name: str = "p1", to_allocate: str = f"{GPU_A},ACME,3000,30:;", containe
 
 
 @pytest.fixture
-def plugin_dir() -> Iterator[Path]:
-    # Unix socket paths are limited to ~107 bytes; pytest's tmp_path can be longer.
-    path = Path(tempfile.mkdtemp(prefix="hdp", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture
-def kubelet(plugin_dir: Path) -> Iterator[FakeKubelet]:
-    k = FakeKubelet(plugin_dir).start()
-    yield k
-    k.stop()
+def kubelet() -> Iterator[FakeKubelet]:
+    with running_kubelet("hdp") as k:
+        yield k
 
 
 @pytest.fixture

@@ -14,11 +14,8 @@ lock released.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import threading
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -29,7 +26,7 @@ from hami_core import hookimpl
 from hami_core.cluster.base import ConflictError
 from hami_core.cluster.kube import KubeCluster
 from hami_core.node.app import DevicePluginApp
-from hami_core.node.fake_kubelet import FakeKubelet
+from hami_core.node.fake_kubelet import FakeKubelet, running_kubelet
 from hami_core.plugins.errors import HamiError
 from hami_core.plugins.manager import get_plugin_manager
 from hami_core.plugins.types import ContainerAllocation, DeviceBackend, DeviceInfo, LockSpec, ResourceNames
@@ -154,11 +151,8 @@ def kube(api: FakeApiServer) -> Iterator[KubeCluster]:
 
 @pytest.fixture
 def kubelet() -> Iterator[FakeKubelet]:
-    path = Path(tempfile.mkdtemp(prefix="hdf", dir="/tmp"))  # unix socket paths are limited to ~107 bytes
-    k = FakeKubelet(path).start()
-    yield k
-    k.stop()
-    shutil.rmtree(path, ignore_errors=True)
+    with running_kubelet("hdf") as k:
+        yield k
 
 
 @pytest.fixture

@@ -17,12 +17,9 @@ from __future__ import annotations
 
 import logging
 import queue
-import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,7 +28,7 @@ from hami_core import hookimpl
 from hami_core.cluster.memory import MemoryCluster
 from hami_core.node.app import DevicePluginApp
 from hami_core.node.deviceplugin.v1beta1 import api_pb2 as pb
-from hami_core.node.fake_kubelet import FakeKubelet, PluginClient
+from hami_core.node.fake_kubelet import FakeKubelet, PluginClient, running_kubelet
 from hami_core.plugins.manager import get_plugin_manager
 from hami_core.plugins.types import ContainerAllocation, DeviceBackend, DeviceInfo, ResourceNames
 from hami_core.wire import keys
@@ -102,17 +99,9 @@ class WatchingVendor(AcmeVendor):
 
 
 @pytest.fixture
-def plugin_dir() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="hhw", dir="/tmp"))  # unix socket paths must stay short
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture
-def kubelet(plugin_dir: Path) -> Iterator[FakeKubelet]:
-    k = FakeKubelet(plugin_dir).start()
-    yield k
-    k.stop()
+def kubelet() -> Iterator[FakeKubelet]:
+    with running_kubelet("hhw") as k:
+        yield k
 
 
 @pytest.fixture

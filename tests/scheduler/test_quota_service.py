@@ -4,15 +4,14 @@ request alone does, and /metrics shows usage and limits."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sched_helpers import get, gpu_pod, make_engine, nvidia_node, post
+from sched_helpers import get, gpu_pod, nvidia_node, post
 
 from hami_core.cluster.memory import MemoryCluster
-from hami_core.scheduler.app import Options, Scheduler
+from hami_core.scheduler.app import Scheduler
 
 NS = "team"
 
@@ -23,22 +22,10 @@ def resource_quota(name: str, hard: dict[str, str]) -> dict[str, Any]:
 
 
 @pytest.fixture
-def quota_cluster() -> MemoryCluster:
+def cluster() -> MemoryCluster:
+    """Overrides conftest's: one node and a 10,000 MiB quota in NS (conftest's ``service`` runs on it)."""
     return MemoryCluster(nodes=[nvidia_node("node-a")],
-                         quotas=[{"apiVersion": "v1", "kind": "ResourceQuota",
-                                  "metadata": {"name": "gpu", "namespace": NS},
-                                  "spec": {"hard": {"limits.nvidia.com/gpumem": "10000"}}}])
-
-
-@pytest.fixture
-def quota_service(quota_cluster: MemoryCluster) -> Iterator[Scheduler]:
-    svc = Scheduler(make_engine(), quota_cluster, Options(host="127.0.0.1", port=0, metrics_host="127.0.0.1",
-                                                          metrics_port=0, sync_wait_s=2.0))
-    svc.start()
-    try:
-        yield svc
-    finally:
-        svc.stop()
+                         quotas=[resource_quota("gpu", {"limits.nvidia.com/gpumem": "10000"})])
 
 
 def _filter(svc: Scheduler, pod: dict[str, Any]) -> dict[str, Any]:
@@ -51,53 +38,53 @@ def _metric(svc: Scheduler, prefix: str) -> list[str]:
     return [line for line in get(svc.metrics_url)[1].splitlines() if line.startswith(prefix)]
 
 
-def test_second_pod_is_refused_at_filter_until_the_first_is_deleted(quota_service: Scheduler,
-                                                                     quota_cluster: MemoryCluster) -> None:
-    first = quota_cluster.add_pod(gpu_pod("first", mem=8000, namespace=NS))
-    assert _filter(quota_service, first)["NodeNames"] == ["node-a"]
-    second = quota_cluster.add_pod(gpu_pod("second", mem=8000, namespace=NS))
-    refused = _filter(quota_service, second)
+def test_second_pod_is_refused_at_filter_until_the_first_is_deleted(service: Scheduler,
+                                                                     cluster: MemoryCluster) -> None:
+    first = cluster.add_pod(gpu_pod("first", mem=8000, namespace=NS))
+    assert _filter(service, first)["NodeNames"] == ["node-a"]
+    second = cluster.add_pod(gpu_pod("second", mem=8000, namespace=NS))
+    refused = _filter(service, second)
     assert refused["NodeNames"] is None and refused["Error"] == ""
     assert refused["FailedNodes"] == {"node-a": "2/2 ResourceQuotaNotFit"}
-    used, cores = sorted(_metric(quota_service, 'hami_resource_quota_used{'), key=lambda m: "gpucores" in m)
+    used, cores = sorted(_metric(service, 'hami_resource_quota_used{'), key=lambda m: "gpucores" in m)
     assert 'namespace="team"' in used and 'quota_name="nvidia.com/gpumem"' in used and 'limit="10000"' in used
     assert float(used.rsplit(" ", 1)[1]) == 8000
     assert 'quota_name="nvidia.com/gpucores"' in cores and 'limit="0"' in cores  # booked, not limited
-    [limit] = _metric(quota_service, 'hami_resource_quota_limit{')
+    [limit] = _metric(service, 'hami_resource_quota_limit{')
     assert 'quota_name="nvidia.com/gpumem"' in limit and float(limit.rsplit(" ", 1)[1]) == 10000
 
-    quota_cluster.delete_pod(NS, "first")  # the watch releases its booking and with it the namespace's usage
-    assert _filter(quota_service, second)["NodeNames"] == ["node-a"]
+    cluster.delete_pod(NS, "first")  # the watch releases its booking and with it the namespace's usage
+    assert _filter(service, second)["NodeNames"] == ["node-a"]
 
 
-def test_quota_changes_arrive_through_the_watch(quota_service: Scheduler, quota_cluster: MemoryCluster) -> None:
-    pod = quota_cluster.add_pod(gpu_pod("p", mem=12000, namespace=NS))
-    assert _filter(quota_service, pod)["FailedNodes"] == {"node-a": "2/2 ResourceQuotaNotFit"}
-    quota_cluster.add_quota(resource_quota("gpu", {"limits.nvidia.com/gpumem": "20000"}))  # raised
-    assert _filter(quota_service, pod)["NodeNames"] == ["node-a"]
-    assert quota_service.engine.quotas.limit(NS, "nvidia.com/gpumem") == 20000
-    quota_cluster.add_quota(resource_quota("cores", {"limits.nvidia.com/gpucores": "0"}))  # a second object, 0 blocks
-    other = quota_cluster.add_pod(gpu_pod("o", mem=10, cores=1, namespace=NS))
-    assert _filter(quota_service, other)["FailedNodes"] == {"node-a": "2/2 ResourceQuotaNotFit"}
-    quota_cluster.delete_quota(NS, "cores")
-    assert _filter(quota_service, other)["NodeNames"] == ["node-a"]
+def test_quota_changes_arrive_through_the_watch(service: Scheduler, cluster: MemoryCluster) -> None:
+    pod = cluster.add_pod(gpu_pod("p", mem=12000, namespace=NS))
+    assert _filter(service, pod)["FailedNodes"] == {"node-a": "2/2 ResourceQuotaNotFit"}
+    cluster.add_quota(resource_quota("gpu", {"limits.nvidia.com/gpumem": "20000"}))  # raised
+    assert _filter(service, pod)["NodeNames"] == ["node-a"]
+    assert service.engine.quotas.limit(NS, "nvidia.com/gpumem") == 20000
+    cluster.add_quota(resource_quota("cores", {"limits.nvidia.com/gpucores": "0"}))  # a second object, 0 blocks
+    other = cluster.add_pod(gpu_pod("o", mem=10, cores=1, namespace=NS))
+    assert _filter(service, other)["FailedNodes"] == {"node-a": "2/2 ResourceQuotaNotFit"}
+    cluster.delete_quota(NS, "cores")
+    assert _filter(service, other)["NodeNames"] == ["node-a"]
 
 
-def test_bad_quantity_is_ignored_with_a_warning(quota_service: Scheduler, quota_cluster: MemoryCluster,
+def test_bad_quantity_is_ignored_with_a_warning(service: Scheduler, cluster: MemoryCluster,
                                                 caplog: pytest.LogCaptureFixture) -> None:
-    quota_cluster.add_quota(resource_quota("gpu", {"limits.nvidia.com/gpumem": "ten"}))
+    cluster.add_quota(resource_quota("gpu", {"limits.nvidia.com/gpumem": "ten"}))
     assert any("team/gpu" in r.getMessage() and "limits.nvidia.com/gpumem" in r.getMessage()
                for r in caplog.records)
-    pod = quota_cluster.add_pod(gpu_pod("p", mem=12000, namespace=NS))
-    assert _filter(quota_service, pod)["NodeNames"] == ["node-a"]  # the object no longer limits memory
-    assert get(quota_service.server.url + "/healthz")[0] == 200
+    pod = cluster.add_pod(gpu_pod("p", mem=12000, namespace=NS))
+    assert _filter(service, pod)["NodeNames"] == ["node-a"]  # the object no longer limits memory
+    assert get(service.server.url + "/healthz")[0] == 200
 
 
-def test_webhook_denies_a_pod_whose_request_alone_exceeds_the_quota(quota_service: Scheduler) -> None:
+def test_webhook_denies_a_pod_whose_request_alone_exceeds_the_quota(service: Scheduler) -> None:
     def review(pod: dict[str, Any]) -> dict[str, Any]:
         body = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
                 "request": {"uid": "u-1", "namespace": NS, "operation": "CREATE", "object": pod}}
-        status, _, out = post(quota_service.server.url + "/webhook", body)
+        status, _, out = post(service.server.url + "/webhook", body)
         assert status == 200
         return out["response"]
 

@@ -12,9 +12,7 @@ import importlib.util
 import json
 import logging
 import os
-import shutil
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -28,7 +26,7 @@ from nvidia_testlib import plugin_manager
 from hami_core.cluster.memory import MemoryCluster
 from hami_core.node.app import DevicePluginApp
 from hami_core.node.deviceplugin.v1beta1 import api_pb2 as pb
-from hami_core.node.fake_kubelet import FakeKubelet
+from hami_core.node.fake_kubelet import FakeKubelet, running_kubelet
 from hami_core.plugins.types import DeviceInfo
 from hami_core.wire import keys
 from hami_core.wire.nodes import decode_node_devices_json
@@ -65,11 +63,8 @@ def nvml(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
 
 @pytest.fixture
 def kubelet() -> Iterator[FakeKubelet]:
-    path = Path(tempfile.mkdtemp(prefix="hnh", dir="/tmp"))  # unix socket paths must stay short
-    k = FakeKubelet(path).start()
-    yield k
-    k.stop()
-    shutil.rmtree(path, ignore_errors=True)
+    with running_kubelet("hnh") as k:
+        yield k
 
 
 @pytest.fixture
