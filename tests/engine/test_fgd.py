@@ -15,7 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hami_core.default_plugins import fgd as fgd_plugin
-from hami_core.default_plugins.fgd import FgdState, device_select, node_growth, quantised_score
+from hami_core.default_plugins.fgd import device_select, quantised_score
+from hami_core.default_plugins.fgd_growth import FgdState, node_growth
 from hami_core.engine.facade import Engine
 from hami_core.engine.fragmentation import DeviceArrays, Mix, fgd_device_order, fragmentation, placement_delta
 from hami_core.engine.pods import host_requests

@@ -12,7 +12,8 @@ from typing import Any
 
 from core_helpers import acme, acme_device, make_node, make_pod, scheduled
 
-from hami_core.default_plugins.fgd import node_growth, quantised_score
+from hami_core.default_plugins.fgd import quantised_score
+from hami_core.default_plugins.fgd_growth import node_growth
 from hami_core.engine.workload import DEFAULT_SCORE_STEPS, TYPED_SCORE_STEPS, Shape, Workload
 
 HALF = {"backend": "ACME", "cores": 50, "memory": 500}
