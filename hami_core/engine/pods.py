@@ -44,6 +44,40 @@ def containers(pod: Mapping[str, Any]) -> tuple[list[Mapping[str, Any]], list[Ma
             [c for c in app if isinstance(c, Mapping)] if isinstance(app, Sequence) else [])
 
 
+def pod_shape_error(pod: Mapping[str, Any]) -> str | None:
+    """Where a pod from a request body is not shaped like a Pod in the fields device plugins read (the API server
+    never stores such a pod; a hand-written or fuzzed body can hold one): ``"spec.containers[0].resources must be
+    an object, got int"``, or None. Checked before any plugin sees the pod, so a plugin may index these fields."""
+    for field in ("metadata", "spec"):
+        value = pod.get(field)
+        if value is not None and not isinstance(value, Mapping):
+            return f"{field} must be an object, got {type(value).__name__}"
+    annos = metadata(pod).get("annotations")
+    if annos is not None and not isinstance(annos, Mapping):
+        return f"metadata.annotations must be an object, got {type(annos).__name__}"
+    spec = pod.get("spec") or {}
+    for group in ("initContainers", "containers"):
+        ctrs = spec.get(group)
+        if ctrs is None:
+            continue
+        if not isinstance(ctrs, list):
+            return f"spec.{group} must be a list, got {type(ctrs).__name__}"
+        for i, ctr in enumerate(ctrs):
+            where = f"spec.{group}[{i}]"
+            if not isinstance(ctr, Mapping):
+                return f"{where} must be an object, got {type(ctr).__name__}"
+            resources = ctr.get("resources")
+            if resources is None:
+                continue
+            if not isinstance(resources, Mapping):
+                return f"{where}.resources must be an object, got {type(resources).__name__}"
+            for kind in ("limits", "requests"):
+                values = resources.get(kind)
+                if values is not None and not isinstance(values, Mapping):
+                    return f"{where}.resources.{kind} must be an object, got {type(values).__name__}"
+    return None
+
+
 def is_terminal(pod: Mapping[str, Any]) -> bool:
     status = pod.get("status")
     return (type(status) is dict or isinstance(status, Mapping)) and status.get("phase") in TERMINAL_PHASES

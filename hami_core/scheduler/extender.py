@@ -27,7 +27,7 @@ from typing import Any
 
 from hami_core.cluster.base import Cluster, NotFoundError
 from hami_core.engine.facade import Engine
-from hami_core.engine.pods import annotations, metadata, pod_key, pod_ref
+from hami_core.engine.pods import annotations, metadata, pod_key, pod_ref, pod_shape_error
 from hami_core.plugins.errors import HamiError, TemporaryError
 from hami_core.plugins.types import LockSpec
 from hami_core.scheduler.bound import BoundLedgers
@@ -115,6 +115,9 @@ class Extender:
             return filter_result(error="extender args missing pod")
         if not isinstance(pod, Mapping):
             raise BadRequest(f"ExtenderArgs.Pod must be a Pod object, got {type(pod).__name__}")
+        shape = pod_shape_error(pod)
+        if shape is not None:
+            raise BadRequest(f"ExtenderArgs.Pod {pod_ref(pod)}: {shape}")
         names = self._node_names(low.get("nodenames"))
         nodes = low.get("nodes")
         if nodes is not None and not isinstance(nodes, Mapping):

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from hami_core.engine.facade import Engine
-from hami_core.engine.pods import metadata
+from hami_core.engine.pods import metadata, pod_ref, pod_shape_error
 from hami_core.plugins.errors import AdmissionDenied, AdmissionFailed, HamiError
 from hami_core.scheduler.extender import BadRequest
 from hami_core.wire import keys
@@ -109,6 +109,9 @@ class Webhook:
         pod = request.get("object")
         if not isinstance(pod, Mapping):
             return {"allowed": False, "status": {"code": 400, "message": "request.object is not a Pod object"}}
+        shape = pod_shape_error(pod)
+        if shape is not None:
+            return {"allowed": False, "status": {"code": 400, "message": f"request.object {pod_ref(pod)}: {shape}"}}
         labels = metadata(pod).get("labels") or {}
         if isinstance(labels, Mapping) and labels.get(keys.WEBHOOK_LABEL) == keys.WEBHOOK_IGNORE:
             return {"allowed": True, "status": {"code": 200}}

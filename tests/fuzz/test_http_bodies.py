@@ -101,3 +101,24 @@ def test_webhook_answers_200_or_400(service: Scheduler, body: bytes) -> None:
     if status == 200:
         review = json.loads(payload)
         assert review["kind"] == "AdmissionReview" and isinstance(review["response"]["allowed"], bool)
+
+
+@pytest.mark.parametrize(("container", "field"), [
+    ({"resources": 1}, "spec.containers[0].resources must be an object, got int"),
+    ({"resources": {"limits": True}}, "spec.containers[0].resources.limits must be an object, got bool"),
+    ({"resources": {"requests": ["1"]}}, "spec.containers[0].resources.requests must be an object, got list"),
+    ("c", "spec.containers[0] must be an object, got str"),
+])
+def test_a_pod_not_shaped_like_a_pod_is_a_400_naming_the_field(service: Scheduler, container: Any,
+                                                                field: str) -> None:
+    """Found by the fuzzer above: a container whose ``resources`` was a number reached the vendor plugins, which
+    index it, and came back as a 500. The extender now names the field; the webhook refuses the review with 400."""
+    pod = {"metadata": {"name": "odd", "namespace": "ns"}, "spec": {"containers": [container]}}
+    status, _, payload = _post(service, "/filter", json.dumps({"Pod": pod, "NodeNames": ["node-a"]}).encode())
+    assert (status, payload.decode()) == (400, f"ExtenderArgs.Pod ns/odd: {field}\n")
+    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+              "request": {"uid": "u1", "object": pod}}
+    status, _, payload = _post(service, "/webhook", json.dumps(review).encode())
+    response = json.loads(payload)["response"]
+    assert status == 200 and response["allowed"] is False
+    assert response["status"] == {"code": 400, "message": f"request.object ns/odd: {field}"}
