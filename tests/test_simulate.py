@@ -154,6 +154,22 @@ def test_bad_yaml_object_is_skipped_unless_strict(tmp_path: Path, capsys: pytest
     assert "document 2: Node has no metadata.name" in capsys.readouterr().err
 
 
+def test_pod_not_shaped_like_a_pod_is_skipped_unless_strict(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                             caplog: pytest.LogCaptureFixture) -> None:
+    """A workload pod whose container ``resources`` is a number reached the vendor plugins and ended the run with a
+    traceback; it is now a named input problem like any malformed object."""
+    path = tmp_path / "pods.yaml"
+    path.write_text("kind: Pod\nmetadata: {name: bad}\nspec: {containers: [{name: c, resources: 1}]}\n---\n"
+                    "kind: Pod\nmetadata: {name: good}\nspec: {containers: [{name: c, resources: {limits: "
+                    "{nvidia.com/gpu: 1}}}]}\n")
+    report = _run_json(capsys, "--workload", str(path))
+    assert report["inputs"]["skipped_rows"] == 1
+    problem = "document 1: Pod default/bad: spec.containers[0].resources must be an object, got int"
+    assert problem in caplog.text
+    assert main(["simulate", "--strict", "--workload", str(path)]) == 1
+    assert problem in capsys.readouterr().err
+
+
 def test_bundled_cluster_has_a_node_of_every_vendor(capsys: pytest.CaptureFixture[str]) -> None:
     """Every vendor plugin in the repository places its example pods on its example node."""
     from hami_core.plugins.manager import get_plugin_manager

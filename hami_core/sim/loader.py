@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 
+from hami_core.engine.pods import pod_shape_error
 from hami_core.plugins.errors import HamiError
 
 log = logging.getLogger("hami.sim")
@@ -66,6 +67,10 @@ def _check(obj: Any, kind: str) -> str | None:
     meta = obj.get("metadata")
     if not isinstance(meta, dict) or not meta.get("name"):
         return f"{kind} has no metadata.name"
+    if kind == "Pod":
+        shape = pod_shape_error(obj)
+        if shape is not None:
+            return f"Pod {meta.get('namespace') or 'default'}/{meta['name']}: {shape}"
     return None
 
 
