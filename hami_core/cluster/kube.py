@@ -197,12 +197,8 @@ class KubeCluster:
                                       namespace), "Pod")
 
     def _list(self, kind: str) -> tuple[list[dict[str, Any]], str]:
-        if kind == "Node":
-            fn = self.core.list_node
-        elif kind == "Pod":
-            fn = self.core.list_pod_for_all_namespaces
-        else:
-            fn = self.core.list_resource_quota_for_all_namespaces
+        fn = {"Node": self.core.list_node, "Pod": self.core.list_pod_for_all_namespaces,
+              "ResourceQuota": self.core.list_resource_quota_for_all_namespaces}[kind]
         body = self._call(f"list {kind.lower()}s", fn)
         items = [self._typed(item, kind) for item in body.get("items") or []]
         return items, str((body.get("metadata") or {}).get("resourceVersion") or "")
@@ -249,7 +245,8 @@ class KubeCluster:
         """Record a core/v1 Event about ``obj`` (``Normal`` or ``Warning``). Never blocks and never raises: the
         Event is queued and posted by a background thread (:class:`~hami_core.cluster.events.EventRecorder`;
         failures are logged there). :meth:`flush_events` waits for the queue."""
-        meta = obj.get("metadata") or {}
+        meta = obj.get("metadata")
+        meta = meta if isinstance(meta, Mapping) else {}  # "never raises", even about a malformed object
         namespace = meta.get("namespace") or "default"
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         involved = {"kind": obj.get("kind") or "Pod", "apiVersion": obj.get("apiVersion") or "v1",

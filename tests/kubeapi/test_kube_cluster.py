@@ -95,6 +95,8 @@ def test_event_recorded_and_never_raises(server: FakeApiServer, kc: KubeCluster)
     server.stop()
     kc.event(p, "Normal", "BindingSucceed", "ok")  # server gone: the same
     assert kc.flush_events(10) and kc.events.posted == 1
+    kc.event({"metadata": "not an object"}, "Warning", "FilteringFailed", "x")  # malformed: queued, not raised
+    assert kc.flush_events(10) and kc.events.failed == 3
 
 
 def test_events_have_their_own_rate_limiter(server: FakeApiServer, api_client: Any) -> None:
