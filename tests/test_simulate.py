@@ -84,11 +84,65 @@ def test_user_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert placements[2]["failed"] == {"n1": "1/1 CardTimeSlicingExhausted"}
 
 
+def _quota_inputs(tmp_path: Path, hard: str) -> tuple[str, str]:
+    reg = json.dumps([{"id": f"GPU-{i}", "index": i, "count": 10, "devmem": 10000, "devcore": 100, "type": "NVIDIA T4",
+                       "health": True} for i in range(2)])
+    (tmp_path / "cluster.yaml").write_text(
+        f"kind: Node\nmetadata:\n  name: n1\n  annotations:\n    hami.io/node-nvidia-register: '{reg}'\n"
+        "---\nkind: ResourceQuota\napiVersion: v1\nmetadata: {name: gpu-quota, namespace: team-a}\n"
+        f"spec:\n  hard: {hard}\n")
+    (tmp_path / "pods.yaml").write_text("".join(
+        f"---\nkind: Pod\nmetadata: {{name: p{i}, namespace: {ns}}}\nspec:\n  containers:\n  - name: c\n"
+        "    resources:\n      limits: {nvidia.com/gpu: 1, nvidia.com/gpumem: 3000}\n"
+        for i, ns in enumerate(["team-a", "team-a", "team-a", "team-b", "team-b", "team-b"])))
+    return str(tmp_path / "cluster.yaml"), str(tmp_path / "pods.yaml")
+
+
+def test_resource_quota_in_the_cluster_file_limits_its_namespace(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """A ResourceQuota next to the Nodes caps device memory in its namespace only, as the scheduler does."""
+    cluster, pods = _quota_inputs(tmp_path, "{limits.nvidia.com/gpumem: '7000'}")
+    report = _run_json(capsys, "--cluster", cluster, "--workload", pods)
+    assert report["inputs"]["resource_quotas"] == 1
+    placed = {p["pod"]: p for p in report["runs"][0]["placements"]}
+    # 3000 + 3000 fit under 7000; the third team-a pod would reach 9000, which HAMi's webhook already refuses
+    # (its admission check counts what the namespace uses). team-b has no quota.
+    assert [placed[f"team-a/p{i}"]["node"] for i in range(3)] == ["n1", "n1", None]
+    assert placed["team-a/p2"]["reason"] == "AdmissionDenied: exceeding resource quota"
+    assert all(placed[f"team-b/p{i}"]["node"] == "n1" for i in range(3, 6))
+    assert report["runs"][0]["resource_quotas"] == [
+        {"namespace": "team-a", "resource": "nvidia.com/gpumem", "used": 6000, "limit": 7000}]
+    assert main(["simulate", "--no-progress", "--cluster", cluster, "--workload", pods]) == 0
+    out = capsys.readouterr().out
+    assert "ResourceQuota use at the end" in out and "team-a" in out
+
+
+def test_quota_on_memory_given_as_a_percentage_is_enforced_by_the_filter(tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """A percentage counts 0 at admission (HAMi §11.3) but its MiB on the chosen card count in the filter."""
+    cluster, pods = _quota_inputs(tmp_path, "{limits.nvidia.com/gpumem: '7000'}")
+    Path(pods).write_text(Path(pods).read_text().replace("nvidia.com/gpumem: 3000", "nvidia.com/gpumem-percentage: 40"))
+    report = _run_json(capsys, "--cluster", cluster, "--workload", pods)
+    placed = {p["pod"]: p for p in report["runs"][0]["placements"]}
+    assert [placed[f"team-a/p{i}"]["node"] for i in range(3)] == ["n1", None, None]  # 4000, then 8000 > 7000
+    assert placed["team-a/p1"]["reason"] == "ResourceQuotaNotFit"
+    assert placed["team-a/p1"]["failed"] == {"n1": "2/2 ResourceQuotaNotFit"}
+    assert report["runs"][0]["resource_quotas"][0]["used"] == 4000
+
+
+def test_without_a_quota_the_same_workload_all_fits(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cluster, pods = _quota_inputs(tmp_path, "{limits.memory: 1Gi}")  # a quota on a resource HAMi does not manage
+    report = _run_json(capsys, "--cluster", cluster, "--workload", pods)
+    assert report["runs"][0]["failed"] == 0 and "resource_quotas" not in report["runs"][0]
+
+
 @pytest.mark.parametrize(("content", "message"), [
     (None, "cannot read Node file"),
-    ("kind: Pod\nmetadata: {name: x}\n", "expected kind Node"),
+    ("kind: Pod\nmetadata: {name: x}\n", "expected kind Node or ResourceQuota"),
+    ("kind: ResourceQuota\nmetadata: {name: q}\nspec: {hard: 3}\n", "ResourceQuota default/q: spec.hard must be"),
+    ("kind: ResourceQuota\nmetadata: {name: q}\nspec: {hard: {}}\n", "no Node objects"),
     ("kind: Node\nmetadata: {}\n", "Node has no metadata.name"),
-    ("- just\n- a list\n", "expected a Node object"),
+    ("- just\n- a list\n", "expected a Node or ResourceQuota object"),
     ("{unclosed", "not valid YAML"),
 ])
 def test_bad_input_is_one_clean_error(tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str | None,

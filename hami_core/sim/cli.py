@@ -20,7 +20,7 @@ from hami_core.engine.facade import Engine
 from hami_core.plugins.manager import get_plugin_manager
 from hami_core.sim import openb
 from hami_core.sim.experiment import Experiment, Policy, PolicyError, parse_seeds, resolve_policies, sim_pods
-from hami_core.sim.loader import bundled, load_file
+from hami_core.sim.loader import InputError, bundled, load_file
 from hami_core.sim.report import print_single, report_json, summary_table, usage_json
 from hami_core.sim.workload import from_task
 
@@ -97,15 +97,22 @@ def _config(args: argparse.Namespace) -> EngineConfig:
     return replace(config, scheduler=scheduler)
 
 
-def _inputs(args: argparse.Namespace, probe: Engine) -> tuple[list[dict[str, Any]], list[Any], dict[str, Any]]:
+def _inputs(args: argparse.Namespace, probe: Engine) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[Any],
+                                                              dict[str, Any]]:
+    """(nodes, resource quotas, tasks, the inputs' description for the report)."""
     skipped: list[str] = []
+    quotas: list[dict[str, Any]] = []
     if args.trace_nodes:
         trace_nodes = openb.load_nodes(args.trace_nodes, strict=args.strict, skipped=skipped)
         nodes = [openb.node_object(n, split_count=args.split_count) for n in trace_nodes]
         cluster = args.trace_nodes
     else:
-        nodes, cluster = load_file(args.cluster, default="cluster.yaml", kind="Node", strict=args.strict,
-                                   skipped=skipped)
+        objects, cluster = load_file(args.cluster, default="cluster.yaml", kind=("Node", "ResourceQuota"),
+                                     strict=args.strict, skipped=skipped)
+        nodes = [o for o in objects if o.get("kind", "Node") == "Node"]
+        quotas = [o for o in objects if o.get("kind") == "ResourceQuota"]
+        if not nodes:
+            raise InputError(f"{cluster}: no Node objects (a cluster file holds Nodes, and optionally ResourceQuotas)")
     if args.trace_pods:
         tasks = [from_task(t) for t in openb.load_tasks(args.trace_pods, strict=args.strict, skipped=skipped)]
         workload = args.trace_pods
@@ -116,8 +123,8 @@ def _inputs(args: argparse.Namespace, probe: Engine) -> tuple[list[dict[str, Any
             meta = pod.setdefault("metadata", {})
             meta.setdefault("uid", f"sim-{i:06d}")
         tasks = sim_pods(probe, pods)
-    return nodes, tasks, {"cluster": cluster, "workload": workload, "nodes": len(nodes), "tasks": len(tasks),
-                          "skipped_rows": len(skipped)}
+    return nodes, quotas, tasks, {"cluster": cluster, "workload": workload, "nodes": len(nodes),
+                                  "resource_quotas": len(quotas), "tasks": len(tasks), "skipped_rows": len(skipped)}
 
 
 def _print_policies(engine: Engine) -> int:
@@ -148,12 +155,12 @@ def run(args: argparse.Namespace) -> int:
     seeds = None
     if mode == "openb":
         seeds = parse_seeds(args.seeds) if args.seeds else [args.seed if args.seed is not None else 42]
-    nodes, tasks, inputs = _inputs(args, probe)
+    nodes, quotas, tasks, inputs = _inputs(args, probe)
     inputs.update(mode=mode, seeds=seeds, inflate=args.inflate if mode == "openb" else None,
                   policies=[p.label for p in policies])
     single = seeds is None and len(policies) == 1 and len(tasks) <= DETAIL_LIMIT
     experiment = Experiment(config, plugins, nodes, tasks, policies, seeds=seeds, inflate=args.inflate,
-                            keep_placements=single)
+                            keep_placements=single, quotas=quotas)
     console = Console(width=None if sys.stdout.isatty() else 140)
     err = Console(stderr=True)
     show_progress = not args.no_progress and not args.json and err.is_terminal

@@ -105,12 +105,17 @@ class Experiment:
     seeds: Sequence[int] | None = None  # None: arrival order as given
     inflate: float = 1.3
     keep_placements: bool = False
+    #: ResourceQuota objects of the cluster: a pod over its namespace's device quota fails (ResourceQuotaNotFit).
+    quotas: Sequence[Mapping[str, Any]] = ()
 
     def engine(self, policy: Policy) -> Engine:
         sched = self.config.scheduler.model_dump()
         sched.update(node_scheduler_policy=policy.node, gpu_scheduler_policy=policy.gpu)
         cfg = replace(self.config, scheduler=SchedulerConfig.model_validate(sched))
-        return Engine(cfg, plugins=self.plugins)
+        engine = Engine(cfg, plugins=self.plugins)
+        for quota in self.quotas:
+            engine.upsert_quota(quota)
+        return engine
 
     def task_list(self, seed: int | None, capacity: int) -> list[SimPod]:
         if seed is None:

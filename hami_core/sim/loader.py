@@ -1,4 +1,4 @@
-"""Load Kubernetes Node and Pod objects from YAML (multi-document files and ``kind: List``)."""
+"""Load Kubernetes Node, ResourceQuota and Pod objects from YAML (multi-document files and ``kind: List``)."""
 
 from __future__ import annotations
 
@@ -24,9 +24,9 @@ def bundled(name: str) -> str:
     return resources.files("hami_core.sim").joinpath("data", name).read_text(encoding="utf-8")
 
 
-def load_objects(text: str, *, source: str, kind: str, strict: bool = True,
+def load_objects(text: str, *, source: str, kind: str | tuple[str, ...], strict: bool = True,
                  skipped: list[str] | None = None) -> list[dict[str, Any]]:
-    """Every object of ``kind`` in ``text``.
+    """Every object of ``kind`` (or of any of several kinds; an object without ``kind`` is the first) in ``text``.
 
     A malformed object is an error naming the file, the document (and item) and the field; without
     ``strict`` it is skipped with a warning instead, unless nothing usable is left.
@@ -59,11 +59,14 @@ def load_objects(text: str, *, source: str, kind: str, strict: bool = True,
     return out
 
 
-def _check(obj: Any, kind: str) -> str | None:
+def _check(obj: Any, kinds: str | tuple[str, ...]) -> str | None:
+    kinds = (kinds,) if isinstance(kinds, str) else kinds
+    wanted = " or ".join(kinds)
     if not isinstance(obj, dict):
-        return f"expected a {kind} object, got {type(obj).__name__}"
-    if obj.get("kind", kind) != kind:
-        return f"expected kind {kind}, got {obj.get('kind')!r}"
+        return f"expected a {wanted} object, got {type(obj).__name__}"
+    kind = obj.get("kind", kinds[0])
+    if kind not in kinds:
+        return f"expected kind {wanted}, got {obj.get('kind')!r}"
     meta = obj.get("metadata")
     if not isinstance(meta, dict) or not meta.get("name"):
         return f"{kind} has no metadata.name"
@@ -71,10 +74,15 @@ def _check(obj: Any, kind: str) -> str | None:
         shape = pod_shape_error(obj)
         if shape is not None:
             return f"Pod {meta.get('namespace') or 'default'}/{meta['name']}: {shape}"
+    if kind == "ResourceQuota":
+        spec = obj.get("spec")
+        hard = spec.get("hard") if isinstance(spec, dict) else None
+        if not isinstance(hard, dict):
+            return f"ResourceQuota {meta.get('namespace') or 'default'}/{meta['name']}: spec.hard must be an object"
     return None
 
 
-def load_file(path: str | None, *, default: str, kind: str, strict: bool = True,
+def load_file(path: str | None, *, default: str, kind: str | tuple[str, ...], strict: bool = True,
               skipped: list[str] | None = None) -> tuple[list[dict[str, Any]], str]:
     """Objects from ``path``, or from the bundled ``default`` file when ``path`` is None."""
     if path is None:
@@ -83,5 +91,6 @@ def load_file(path: str | None, *, default: str, kind: str, strict: bool = True,
     try:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
-        raise InputError(f"cannot read {kind} file {p}: {exc.strerror or exc}") from None
+        what = kind if isinstance(kind, str) else kind[0]
+        raise InputError(f"cannot read {what} file {p}: {exc.strerror or exc}") from None
     return load_objects(text, source=str(p), kind=kind, strict=strict, skipped=skipped), str(p)

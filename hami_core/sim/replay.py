@@ -60,6 +60,8 @@ class RunResult:
     wall_s: float = 0.0
     decisions: int = 0
     placements: list[Placed] = field(default_factory=list)
+    #: Device quota use at the end, per (namespace, resource) with a ResourceQuota limit.
+    quotas: list[dict[str, Any]] = field(default_factory=list)
     #: The engine that ran, kept with the placements (single detailed runs) so its usage can be shown.
     engine: Any = field(default=None, repr=False)
 
@@ -243,6 +245,8 @@ class Replay:
             r.per_model = self.per_model()
         if self.keep:
             r.engine = self.engine
+        r.quotas = [{"namespace": u.namespace, "resource": u.resource, "used": u.used, "limit": u.limit}
+                    for u in self.engine.quota_usage() if u.limit is not None]
         r.node_allocation = {name: round(sum(self.device_share(d) for d in devs) / (len(devs) * FULL), 4)
                              for name, devs in zip(self.names, self.devices, strict=True) if devs}
         return r

@@ -129,6 +129,8 @@ def run_json(run: RunResult, policy: Policy | None) -> dict[str, Any]:
         "wall_s": round(run.wall_s, 3),
         "decisions_per_s": round(run.decisions_per_s, 1),
     }
+    if run.quotas:
+        out["resource_quotas"] = run.quotas
     if run.placements:
         out["placements"] = [{"pod": p.pod, "node": p.node, "reason": p.reason or None,
                               "skipped": bool(p.decision and p.decision.skipped),
@@ -152,10 +154,21 @@ def usage_json(engine: Engine) -> dict[str, list[dict[str, Any]]]:
             for name, state in sorted(engine.nodes.items())}
 
 
+def quota_table(run: RunResult) -> Table:
+    table = Table(title="ResourceQuota use at the end")
+    for col in ("namespace", "resource", "used", "limit"):
+        table.add_column(col, justify="right" if col in ("used", "limit") else "left")
+    for q in run.quotas:
+        table.add_row(q["namespace"], q["resource"], str(q["used"]), str(q["limit"]))
+    return table
+
+
 def print_single(console: Console, engine: Engine, run: RunResult, header: str) -> None:
     console.print(header)
     console.print(placements_table(run))
     console.print(usage_table(engine))
+    if run.quotas:
+        console.print(quota_table(run))
     requested = sum(1 for p in run.placements if not (p.decision and p.decision.skipped))
     placed = sum(1 for p in run.placements if p.node and not (p.decision and p.decision.skipped))
     console.print(f"[bold]{placed}/{requested}[/] pods requesting devices were placed; GPU allocation "
