@@ -11,14 +11,17 @@ __all__ = ["container", "node", "pod"]
 
 
 def container(name: str = "c", *, limits: Mapping[str, Any] | None = None,
-              requests: Mapping[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
-    """A container; ``limits``/``requests`` values are written as strings, as Kubernetes JSON has them."""
+              requests: Mapping[str, Any] | None = None, as_strings: bool = True, **extra: Any) -> dict[str, Any]:
+    """A container; ``limits``/``requests`` values are written as strings, as Kubernetes JSON has them.
+
+    ``as_strings=False`` keeps the values as given (YAML integers, or malformed values for error tests).
+    """
     ctr: dict[str, Any] = {"name": name, "image": "busybox"}
     resources: dict[str, Any] = {}
     if limits is not None:
-        resources["limits"] = {k: str(v) for k, v in limits.items()}
+        resources["limits"] = {k: str(v) for k, v in limits.items()} if as_strings else dict(limits)
     if requests is not None:
-        resources["requests"] = {k: str(v) for k, v in requests.items()}
+        resources["requests"] = {k: str(v) for k, v in requests.items()} if as_strings else dict(requests)
     if resources:
         ctr["resources"] = resources
     ctr.update(extra)
