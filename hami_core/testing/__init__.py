@@ -30,7 +30,7 @@ from hami_core.testing.builders import (
     usage,
 )
 from hami_core.testing.conformance import DeviceBackendConformance
-from hami_core.testing.factories import container, node, pod
+from hami_core.testing.factories import container, device_container, node, pod
 from hami_core.testing.recorder import HookCall, HookRecorder
 
 __all__ = [
@@ -43,6 +43,7 @@ __all__ = [
     "candidate",
     "chosen",
     "container",
+    "device_container",
     "engine_with",
     "fit_one",
     "gpu_policy",

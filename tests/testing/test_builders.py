@@ -30,6 +30,7 @@ from hami_core.plugins.types import (
     NodeView,
     QuotaEntry,
     QuotaView,
+    ResourceNames,
 )
 from hami_core.testing import (
     T0,
@@ -38,6 +39,7 @@ from hami_core.testing import (
     candidate,
     chosen,
     container,
+    device_container,
     engine_with,
     fit_one,
     gpu_policy,
@@ -302,3 +304,22 @@ def test_container_keeps_quantities_as_given_when_asked() -> None:
     assert container(limits={"acme.com/npu": 1})["resources"] == {"limits": {"acme.com/npu": "1"}}
     raw = container(limits={"acme.com/npu": 1}, requests={"acme.com/npu-mem": None}, as_strings=False)
     assert raw["resources"] == {"limits": {"acme.com/npu": 1}, "requests": {"acme.com/npu-mem": None}}
+
+
+def test_device_container_asks_the_backend_for_what_it_reads() -> None:
+    engine = engine_with(hami_acme.plugin, config={"acme": {"resourceMemoryName": "acme.com/mem"}})
+    names = engine.backends["ACME"].resource_names
+    ctr = device_container(names, 2, 4096, 25, name="w")
+    assert ctr["name"] == "w" and ctr["resources"] == {"limits": {"acme.com/npu": "2", "acme.com/mem": "4096",
+                                                                  "acme.com/npu-cores": "25"}}
+    got = engine.requests(pod(ctr, device_container(names))).containers
+    assert got == ({"ACME": request("ACME", 2, 4096, 25)}, {"ACME": request("ACME", 1, 0, 0, pct=100)})
+
+
+def test_device_container_refuses_a_quantity_the_backend_has_no_resource_for() -> None:
+    names = ResourceNames("acme.com/npu", "acme.com/npu-mem")
+    assert device_container(names, mem=1)["resources"]["limits"] == {"acme.com/npu": "1", "acme.com/npu-mem": "1"}
+    with pytest.raises(ValueError, match=r"cores=25 given but the backend counting 'acme.com/npu' has no cores"):
+        device_container(names, cores=25)
+    with pytest.raises(ValueError, match="no pct resource"):
+        device_container(names, pct=50)
