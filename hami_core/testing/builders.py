@@ -178,7 +178,7 @@ def candidate(devices: Sequence[DeviceUsage], *, node_annotations: Mapping[str, 
     return FitCandidate(where, list(devices), dict(allocated or {}))
 
 
-def fit_one(filter_nodes: Callable[..., Sequence[FitResult] | None], backend: DeviceBackend | Any,
+def fit_one(filter_nodes: Callable[..., Sequence[FitResult] | None], backend: DeviceBackend | None,
             devices: Sequence[DeviceUsage], request: DeviceRequest, *, pod: Mapping[str, Any] | None = None,
             pod_annotations: Mapping[str, str] | None = None, node_annotations: Mapping[str, str] | None = None,
             allocated: Mapping[str, Sequence[Sequence[ContainerDevice]]] | None = None,
