@@ -44,13 +44,14 @@ from hami_core.plugins.errors import WireFormatError
 from hami_core.plugins.hookspecs import hookimpl
 from hami_core.plugins.manager import get_plugin_manager
 from hami_core.plugins.types import DeviceBackend
+from hami_core.testing.builders import T0
 from hami_core.wire import keys
 from hami_core.wire.reasons import Reason, parse_reasons
 
 __all__ = ["NOW", "ConformanceKit", "DeviceBackendConformance"]
 
-#: The engine clock the suite runs at (Unix seconds; 2025-06-15).
-NOW = 1_750_000_000.0
+#: The engine clock the suite runs at (Unix seconds; 2025-06-15): the builders' ``T0``.
+NOW = T0
 #: Text the default ``malformed_node`` writes into the registration annotation.
 GARBAGE = "{not a registration"
 

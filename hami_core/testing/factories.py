@@ -5,25 +5,49 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from hami_core.plugins.types import ResourceNames
 from hami_core.wire import keys
 
-__all__ = ["container", "node", "pod"]
+__all__ = ["container", "device_container", "node", "pod"]
 
 
 def container(name: str = "c", *, limits: Mapping[str, Any] | None = None,
-              requests: Mapping[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
-    """A container; ``limits``/``requests`` values are written as strings, as Kubernetes JSON has them."""
+              requests: Mapping[str, Any] | None = None, as_strings: bool = True, **extra: Any) -> dict[str, Any]:
+    """A container; ``limits``/``requests`` values are written as strings, as Kubernetes JSON has them.
+
+    ``as_strings=False`` keeps the values as given (YAML integers, or malformed values for error tests).
+    """
     ctr: dict[str, Any] = {"name": name, "image": "busybox"}
     resources: dict[str, Any] = {}
     if limits is not None:
-        resources["limits"] = {k: str(v) for k, v in limits.items()}
+        resources["limits"] = {k: str(v) for k, v in limits.items()} if as_strings else dict(limits)
     if requests is not None:
-        resources["requests"] = {k: str(v) for k, v in requests.items()}
+        resources["requests"] = {k: str(v) for k, v in requests.items()} if as_strings else dict(requests)
     if resources:
         ctr["resources"] = resources
     ctr.update(extra)
     return ctr
 
+
+
+def device_container(names: ResourceNames, count: int | str = 1, mem: int | str | None = None,
+                     cores: int | str | None = None, *, pct: int | str | None = None, name: str = "c",
+                     **extra: Any) -> dict[str, Any]:
+    """A container whose limits ask a backend with resource ``names`` (``backend.resource_names``) for ``count``
+    devices, each with ``mem`` (in the memory resource's units), ``cores`` and ``pct`` percent of its memory.
+
+    Only the quantities given are written; asking for one the backend has no resource for is a ``ValueError``.
+    """
+    limits: dict[str, Any] = {names.count: count}
+    for what, resource, value in (("mem", names.memory, mem), ("cores", names.cores, cores),
+                                  ("pct", names.memory_percentage, pct)):
+        if value is None:
+            continue
+        if not resource:
+            raise ValueError(f"device_container: {what}={value!r} given but the backend counting {names.count!r} "
+                             f"has no {what} resource")
+        limits[resource] = value
+    return container(name, limits=limits, **extra)
 
 def node(name: str = "node-1", *, annotations: Mapping[str, str] | None = None,
          labels: Mapping[str, str] | None = None, allocatable: Mapping[str, Any] | None = None,

@@ -1,61 +1,36 @@
-"""Builders for the hami-ascend tests: Kubernetes Node/Pod JSON, engines with a fake clock, fit inputs.
+"""Builders for the hami-ascend tests: the Ascend defaults over :mod:`hami_core.testing`'s builders.
 
 Units follow HAMi: memory in MiB; cores are the registered ``devcore`` units (AI cores) in template mode
-and percent of a card in hami-core mode.
+and percent of a card in hami-core mode. The vendor-neutral pieces (``Clock``, ``chosen``, ``requesting``,
+``local_time``, ``gpu_policy``...) come from the kit.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
+from functools import partial
 from typing import Any
 
 import hami_ascend.plugin
 from hami_ascend import backend as npu
 from hami_ascend.config import CHART_CONFIGS, ChipConfig, parse_config
+from hami_core import testing as kit
 from hami_core.engine.facade import Engine
-from hami_core.plugins.manager import get_plugin_manager
-from hami_core.plugins.types import (
-    DeviceBackend,
-    DeviceInfo,
-    DeviceRequest,
-    DeviceUsage,
-    FitCandidate,
-    FitResult,
-    GpuPolicy,
-)
+from hami_core.plugins.types import DeviceBackend, DeviceRequest, DeviceUsage, FitResult, GpuPolicy, ResourceNames
+from hami_core.testing import T0 as T0
+from hami_core.testing import Clock as Clock
+from hami_core.testing import chosen as chosen
+from hami_core.testing import gpu_policy as gpu_policy
+from hami_core.testing import local_time as local_time
+from hami_core.testing import requesting as requesting
 from hami_core.wire import keys
-
-#: The fake clock's start (Unix seconds).
-T0 = 1_750_000_000.0
 
 VGPU_NODE = keys.VGPU_NODE
 GPU_POLICY = keys.GPU_SCHEDULER_POLICY
 NODE_POLICY = keys.NODE_SCHEDULER_POLICY
 VNPU_MODE = npu.VNPU_MODE
 HAMI_CORE = {npu.VNPU_MODE: npu.VNPU_MODE_HAMI_CORE}
-
-
-class Clock:
-    """A settable clock for :class:`Engine` (``clock.now += 60``)."""
-
-    def __init__(self, now: float = T0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def local_time(t: float) -> str:
-    """``t`` as HAMi's handshake time: local ``YYYY-MM-DD HH:MM:SS``."""
-    return datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S")
-
-
-def requesting(t: float) -> str:
-    """The scheduler's handshake mark written at ``t``."""
-    return "Requesting_" + local_time(t)
 
 
 # --------------------------------------------------------------------------------------------- names
@@ -81,17 +56,14 @@ def to_allocate_key(word: str) -> str:
 
 
 # --------------------------------------------------------------------------------------------- engine
-def plugin_manager() -> Any:
-    return get_plugin_manager(load_entrypoints=False, plugins=[hami_ascend.plugin])
+plugin_manager = partial(kit.plugin_manager, hami_ascend.plugin)
 
 
 def make_engine(vnpus: Mapping[str, Any] | None = None, *, scheduler: Mapping[str, Any] | None = None,
                 clock: Any = None) -> Engine:
     """An engine with only the built-in plugins and hami-ascend (chart defaults unless ``vnpus`` is given)."""
-    config: dict[str, Any] = {"vnpus": dict(vnpus) if vnpus is not None else None}
-    if scheduler is not None:
-        config["scheduler"] = dict(scheduler)
-    return Engine(config, plugins=plugin_manager(), clock=clock if clock is not None else Clock())
+    config = {"vnpus": dict(vnpus) if vnpus is not None else None}
+    return kit.engine_with(hami_ascend.plugin, config=config, scheduler=scheduler, clock=clock)
 
 
 def chart_chip(word: str) -> ChipConfig:
@@ -113,51 +85,27 @@ def make_backend(word: str = "Ascend910A", *, hami_vnpu_core: bool = False, **ov
 
 
 # --------------------------------------------------------------------------------------------- pods
-def container(name: str = "c", *, limits: Mapping[str, Any] | None = None,
-              requests: Mapping[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
-    ctr: dict[str, Any] = {"name": name, "image": "busybox"}
-    resources: dict[str, Any] = {}
-    if limits is not None:
-        resources["limits"] = dict(limits)
-    if requests is not None:
-        resources["requests"] = dict(requests)
-    if resources:
-        ctr["resources"] = resources
-    ctr.update(extra)
-    return ctr
+#: A container whose quantities stay as given.
+container = partial(kit.container, as_strings=False)
 
 
 def npu_container(word: str = "Ascend910A", count: int | str = 1, mem: int | str | None = None,
                   cores: int | str | None = None, name: str = "c") -> dict[str, Any]:
     """A container with Ascend limits for chip ``word`` (values as strings, as in Kubernetes JSON)."""
-    limits = {res(word): str(count)}
-    if mem is not None:
-        limits[res(word, "memory")] = str(mem)
-    if cores is not None:
-        limits[res(word, "core")] = str(cores)
-    return container(name, limits=limits)
+    names = ResourceNames(res(word), res(word, "memory"), cores=res(word, "core"))
+    return kit.device_container(names, count, mem, cores, name=name)
 
 
-def make_pod(*containers: Mapping[str, Any], init: Sequence[Mapping[str, Any]] = (), name: str = "p",
-             namespace: str = "default", uid: str | None = None, annotations: Mapping[str, str] | None = None,
-             **spec: Any) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": uid or f"uid-{name}"}
-    if annotations:
-        meta["annotations"] = dict(annotations)
-    body: dict[str, Any] = {"containers": [dict(c) for c in containers]}
-    if init:
-        body["initContainers"] = [dict(c) for c in init]
-    body.update(spec)
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": body}
+def make_pod(*containers: Mapping[str, Any], name: str = "p", uid: str | None = None, **kwargs: Any) -> dict[str, Any]:
+    """The kit's pod, named ``p`` with UID ``uid-<name>`` unless given."""
+    return kit.pod(*containers, name=name, uid=uid or f"uid-{name}", **kwargs)
 
 
 def running_pod(name: str, node: str, word: str, allocated: str, *, containers: int = 1,
                 annotations: Mapping[str, str] | None = None) -> dict[str, Any]:
     """A pod the scheduler placed earlier: ``hami.io/vgpu-node`` plus the chip's allocated annotation."""
-    annos = {VGPU_NODE: node, allocated_key(word): allocated, **(annotations or {})}
-    pod = make_pod(*(container(f"c{i}") for i in range(containers)), name=name, annotations=annos, nodeName=node)
-    pod["status"] = {"phase": "Running"}
-    return pod
+    return kit.running_pod(name, node, {allocated_key(word): allocated}, uid=f"uid-{name}", containers=containers,
+                           annotations=annotations)
 
 
 # --------------------------------------------------------------------------------------------- nodes
@@ -197,36 +145,20 @@ def make_node(name: str, registrations: Mapping[str, Sequence[Mapping[str, Any]]
 
 
 # --------------------------------------------------------------------------------------------- fit
-@dataclass
-class FakeNode:
-    """The part of a node that ``filter_nodes`` reads (a NodeView)."""
-
-    name: str = "node"
-    annotations: Mapping[str, str] = field(default_factory=dict)
-    labels: Mapping[str, str] = field(default_factory=dict)
-    allocatable: Mapping[str, str] = field(default_factory=dict)
-    devices: Mapping[str, Sequence[DeviceUsage]] = field(default_factory=dict)
-
-
-def usage(id: str, *, index: int = 0, count: int = 4, totalmem: int = 32000, totalcore: int = 20, used: int = 0,
-          usedmem: int = 0, usedcores: int = 0, type: str = "Ascend910A", health: bool = True,
-          custom_info: Mapping[str, Any] | None = None, network: int | None = None) -> DeviceUsage:
-    """A device with its usage, as HAMi's ``DeviceUsage``."""
+def usage(id: str, *, count: int = 4, totalmem: int = 32000, totalcore: int = 20, type: str = "Ascend910A",
+          network: int | None = None, custom_info: Mapping[str, Any] | None = None, **kwargs: Any) -> DeviceUsage:
+    """A chip of model ``type`` with its usage; ``network`` sets the ``NetworkID`` custom info. Other keywords
+    as :func:`hami_core.testing.usage`."""
     if network is not None:
         custom_info = {"NetworkID": network}
-    info = DeviceInfo(id=id, index=index, count=count, devmem=totalmem, devcore=totalcore, type=type,
-                      health=health, custom_info=custom_info, vendor=type)
-    return DeviceUsage(info, used=used, usedmem=usedmem, usedcores=usedcores)
+    return kit.usage(id, vendor=type, count=count, totalmem=totalmem, totalcore=totalcore, custom_info=custom_info,
+                     **kwargs)
 
 
 def request(nums: int = 1, memreq: int = 0, coresreq: int = 0, *, word: str = "Ascend910A",
             pct: int | None = None) -> DeviceRequest:
     """An Ascend request as ``GenerateResourceRequests`` builds it (pct 100 without memory, else 0)."""
-    return DeviceRequest(word, nums, memreq, (100 if memreq == 0 else 0) if pct is None else pct, coresreq)
-
-
-def gpu_policy(gpu: str = "spread", *, node: str = "binpack") -> GpuPolicy:
-    return GpuPolicy(node=node, gpu=gpu, gpu_tokens=tuple(t.strip() for t in gpu.split(",") if t.strip()))
+    return kit.request(word, nums, memreq, coresreq, (100 if memreq == 0 else 0) if pct is None else pct)
 
 
 def fit(devices: Sequence[DeviceUsage], req: DeviceRequest, *, backend: DeviceBackend | None = None,
@@ -236,15 +168,5 @@ def fit(devices: Sequence[DeviceUsage], req: DeviceRequest, *, backend: DeviceBa
 
     Fit walks the list from the last device to the first, like HAMi.
     """
-    backend = backend or make_backend(req.backend)
-    pod = make_pod(container(), annotations=pod_annotations)
-    cand = FitCandidate(FakeNode(annotations=dict(node_annotations or {})), list(devices), {})
-    results = npu.filter_nodes(backend, pod, req, [cand], policy or gpu_policy())
-    assert len(results) == 1
-    return results[0]
-
-
-def chosen(result: FitResult) -> list[str]:
-    """UUIDs of the devices a successful fit chose, in order."""
-    assert result.ok, result.reason
-    return [d.uuid for d in result.devices]
+    return kit.fit_one(npu.filter_nodes, backend or make_backend(req.backend), devices, req,
+                       pod_annotations=pod_annotations, node_annotations=node_annotations, policy=policy)

@@ -1,33 +1,35 @@
-"""Builders for the hami-cambricon tests: Node/Pod JSON, engines with a fake clock, fit inputs.
+"""Builders for the hami-cambricon tests: the Cambricon defaults over :mod:`hami_core.testing`'s builders.
 
 Units follow HAMi: device memory in MiB, container memory in 256 MiB units, cores in percent of one MLU.
+The vendor-neutral pieces (``Clock``, ``FakeNode``, ``chosen``, ``gpu_policy``...) come from the kit.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import hami_cambricon.plugin
 from hami_cambricon import backend as mlu
 from hami_cambricon.config import CambriconConfig, parse_config
+from hami_core import testing as kit
 from hami_core.engine.facade import Engine
-from hami_core.plugins.manager import get_plugin_manager
 from hami_core.plugins.types import (
     ContainerDevice,
     DeviceBackend,
-    DeviceInfo,
     DeviceRequest,
     DeviceUsage,
-    FitCandidate,
     FitResult,
     GpuPolicy,
+    ResourceNames,
 )
+from hami_core.testing import T0 as T0
+from hami_core.testing import Clock as Clock
+from hami_core.testing import FakeNode as FakeNode
+from hami_core.testing import chosen as chosen
+from hami_core.testing import gpu_policy as gpu_policy
 from hami_core.wire import keys
-
-#: The fake clock's start (Unix seconds).
-T0 = 1_750_000_000.0
 
 VMLU = "cambricon.com/vmlu"
 VMEMORY = "cambricon.com/mlu.smlu.vmemory"
@@ -51,28 +53,15 @@ MODELS = {"models": [
 ]}
 
 
-class Clock:
-    """A settable clock for :class:`Engine` (``clock.now += 60``)."""
-
-    def __init__(self, now: float = T0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
 # --------------------------------------------------------------------------------------------- engine
-def plugin_manager() -> Any:
-    return get_plugin_manager(load_entrypoints=False, plugins=[hami_cambricon.plugin])
+plugin_manager = partial(kit.plugin_manager, hami_cambricon.plugin)
 
 
 def make_engine(cambricon: Mapping[str, Any] | None = None, *, clock: Any = None,
                 scheduler: Mapping[str, Any] | None = None) -> Engine:
     """An engine with only the built-in plugins and hami-cambricon, at a fake time."""
-    config: dict[str, Any] = {"cambricon": dict(cambricon) if cambricon is not None else None}
-    if scheduler is not None:
-        config["scheduler"] = dict(scheduler)
-    return Engine(config, plugins=plugin_manager(), clock=clock if clock is not None else Clock())
+    section = dict(cambricon) if cambricon is not None else None
+    return kit.engine_with(hami_cambricon.plugin, config={"cambricon": section}, scheduler=scheduler, clock=clock)
 
 
 def config(**section: Any) -> CambriconConfig:
@@ -87,53 +76,26 @@ def backend(name: str = "MLU", **section: Any) -> DeviceBackend:
 
 
 # --------------------------------------------------------------------------------------------- pods
-def container(name: str = "c", *, limits: Mapping[str, Any] | None = None,
-              requests: Mapping[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
-    ctr: dict[str, Any] = {"name": name, "image": "busybox"}
-    resources: dict[str, Any] = {}
-    if limits is not None:
-        resources["limits"] = dict(limits)
-    if requests is not None:
-        resources["requests"] = dict(requests)
-    if resources:
-        ctr["resources"] = resources
-    ctr.update(extra)
-    return ctr
+#: A container whose quantities stay as given.
+container = partial(kit.container, as_strings=False)
 
 
 def mlu_container(name: str = "c", count: int | str = 1, mem: int | str | None = None,
                   cores: int | str | None = None, *, count_name: str = VMLU, mem_name: str = VMEMORY,
                   core_name: str = VCORE) -> dict[str, Any]:
     """A container with MLU limits (values as strings, as in Kubernetes JSON); ``mem`` in 256 MiB units."""
-    limits = {count_name: str(count)}
-    if mem is not None:
-        limits[mem_name] = str(mem)
-    if cores is not None:
-        limits[core_name] = str(cores)
-    return container(name, limits=limits)
+    return kit.device_container(ResourceNames(count_name, mem_name, cores=core_name), count, mem, cores, name=name)
 
 
-def make_pod(*containers: Mapping[str, Any], init: Sequence[Mapping[str, Any]] = (), name: str = "p",
-             namespace: str = "default", uid: str | None = None, annotations: Mapping[str, str] | None = None,
-             **spec: Any) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": uid or f"uid-{name}"}
-    if annotations:
-        meta["annotations"] = dict(annotations)
-    body: dict[str, Any] = {"containers": [dict(c) for c in containers]}
-    if init:
-        body["initContainers"] = [dict(c) for c in init]
-    body.update(spec)
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": body}
+def make_pod(*containers: Mapping[str, Any], name: str = "p", uid: str | None = None, **kwargs: Any) -> dict[str, Any]:
+    """The kit's pod, named ``p`` with UID ``uid-<name>`` unless given."""
+    return kit.pod(*containers, name=name, uid=uid or f"uid-{name}", **kwargs)
 
 
 def running_pod(name: str, node: str, allocated: str, *, key: str = ALLOCATED, containers: int = 1,
                 init: int = 0) -> dict[str, Any]:
     """A pod the scheduler placed earlier: ``hami.io/vgpu-node`` plus the allocated annotation."""
-    pod = make_pod(*(container(f"c{i}") for i in range(containers)),
-                   init=[container(f"i{i}") for i in range(init)], name=name,
-                   annotations={VGPU_NODE: node, key: allocated}, nodeName=node)
-    pod["status"] = {"phase": "Running"}
-    return pod
+    return kit.running_pod(name, node, {key: allocated}, uid=f"uid-{name}", containers=containers, init=init)
 
 
 # --------------------------------------------------------------------------------------------- nodes
@@ -158,31 +120,12 @@ def make_node(name: str, cores: int | str | None = None, vmemory: int | str | No
 
 
 # --------------------------------------------------------------------------------------------- fit
-@dataclass
-class FakeNode:
-    """The part of a node that ``filter_nodes`` reads (a NodeView)."""
-
-    name: str = "node"
-    annotations: Mapping[str, str] = field(default_factory=dict)
-    labels: Mapping[str, str] = field(default_factory=dict)
-    allocatable: Mapping[str, str] = field(default_factory=dict)
-    devices: Mapping[str, Sequence[DeviceUsage]] = field(default_factory=dict)
-
-
-def usage(id: str, *, index: int = 0, count: int = 100, totalmem: int = 128, totalcore: int = 100, used: int = 0,
-          usedmem: int = 0, usedcores: int = 0, type: str = "MLU", health: bool = True) -> DeviceUsage:
-    """A device with its usage (defaults: the card of HAMi's Cambricon fit tests, 128 MiB / 100 cores)."""
-    info = DeviceInfo(id=id, index=index, count=count, devmem=totalmem, devcore=totalcore, type=type,
-                      health=health, vendor=type)
-    return DeviceUsage(info, used=used, usedmem=usedmem, usedcores=usedcores)
+#: A device with its usage (defaults: the card of HAMi's Cambricon fit tests, 128 MiB / 100 cores).
+usage = partial(kit.usage, vendor="MLU")
 
 
 def request(nums: int = 1, memreq: int = 0, coresreq: int = 0, pct: int = 0, type: str = "MLU") -> DeviceRequest:
-    return DeviceRequest(type, nums, memreq, pct, coresreq)
-
-
-def gpu_policy(gpu: str = "spread", *, node: str = "binpack") -> GpuPolicy:
-    return GpuPolicy(node=node, gpu=gpu, gpu_tokens=tuple(t.strip() for t in gpu.split(",") if t.strip()))
+    return kit.request(type, nums, memreq, coresreq, pct)
 
 
 def fit(devices: Sequence[DeviceUsage], req: DeviceRequest, *, pod: Mapping[str, Any] | None = None,
@@ -196,14 +139,6 @@ def fit(devices: Sequence[DeviceUsage], req: DeviceRequest, *, pod: Mapping[str,
     cfg = cfg or parse_config({})
     spec = cfg.spec(name)
     assert spec is not None
-    pod = pod if pod is not None else make_pod(container(), annotations=pod_annotations)
-    cand = FitCandidate(FakeNode(), list(devices), dict(allocated or {}))
-    results = mlu.filter_nodes(cfg, spec, pod, req, [cand], policy or gpu_policy(), quotas=quotas)
-    assert len(results) == 1
-    return results[0]
-
-
-def chosen(result: FitResult) -> list[str]:
-    """UUIDs of the devices a successful fit chose, in order."""
-    assert result.ok, result.reason
-    return [d.uuid for d in result.devices]
+    filter_nodes = partial(mlu.filter_nodes, cfg, spec, quotas=quotas)
+    return kit.fit_one(filter_nodes, None, devices, req, pod=pod, pod_annotations=pod_annotations, policy=policy,
+                       allocated=allocated)

@@ -1,37 +1,34 @@
-"""Builders for the hami-hygon tests: Kubernetes Node/Pod JSON, engines with a fake clock, fit inputs.
+"""Builders for the hami-hygon tests: the DCU's defaults over :mod:`hami_core.testing`'s builders.
 
-Units follow HAMi: memory in MiB, cores in percent of one card.
+Units follow HAMi: memory in MiB, cores in percent of one card. The vendor-neutral pieces (``Clock``,
+``FakeNode``, ``chosen``, ``requesting``, ``gpu_policy``...) come from the kit; this module adds the DCU's
+resource names, annotation keys, card and registration formats.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
+from functools import partial
 from typing import Any
 
 import hami_hygon.plugin
+from hami_core import testing as kit
 from hami_core.engine.facade import Engine
-from hami_core.plugins.manager import get_plugin_manager
-from hami_core.plugins.types import (
-    DeviceBackend,
-    DeviceInfo,
-    DeviceRequest,
-    DeviceUsage,
-    FitCandidate,
-    FitResult,
-    GpuPolicy,
-)
+from hami_core.plugins.types import DeviceBackend, DeviceRequest, DeviceUsage, FitResult, GpuPolicy, ResourceNames
+from hami_core.testing import T0 as T0
+from hami_core.testing import Clock as Clock
+from hami_core.testing import FakeNode as FakeNode
+from hami_core.testing import chosen as chosen
+from hami_core.testing import gpu_policy as gpu_policy
+from hami_core.testing import requesting as requesting
 from hami_core.wire import keys
 from hami_hygon import backend as dcu
 from hami_hygon.config import parse_config
 
-#: The fake clock's start (Unix seconds).
-T0 = 1_750_000_000.0
-
 DCUNUM = "hygon.com/dcunum"
 DCUMEM = "hygon.com/dcumem"
 DCUCORES = "hygon.com/dcucores"
+DCU_RESOURCES = ResourceNames(DCUNUM, DCUMEM, cores=DCUCORES)
 REGISTER = "hami.io/node-dcu-register"
 HANDSHAKE = "hami.io/node-handshake-dcu"
 TO_ALLOCATE = "hami.io/dcu-devices-to-allocate"
@@ -50,33 +47,15 @@ NODE_LOCK = "hami.io/mutex.lock"
 K100 = "DCU-K100_AI"
 
 
-class Clock:
-    """A settable clock for :class:`Engine` (``clock.now += 60``)."""
-
-    def __init__(self, now: float = T0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def requesting(t: float) -> str:
-    """The scheduler's handshake mark written at ``t``: ``Requesting_`` + local ``YYYY-MM-DD HH:MM:SS``."""
-    return "Requesting_" + datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S")
-
-
 # --------------------------------------------------------------------------------------------- engine
-def plugin_manager(*extra: Any) -> Any:
-    return get_plugin_manager(load_entrypoints=False, plugins=[hami_hygon.plugin, *extra])
+#: A plugin manager with the built-ins, hami-hygon and ``*extra`` plugins.
+plugin_manager = partial(kit.plugin_manager, hami_hygon.plugin)
 
 
 def make_engine(hygon: Mapping[str, Any] | None = None, *, scheduler: Mapping[str, Any] | None = None,
                 clock: Any = None) -> Engine:
     """An engine with only the built-in plugins and hami-hygon, at a fake time."""
-    config: dict[str, Any] = {"hygon": dict(hygon or {})}
-    if scheduler is not None:
-        config["scheduler"] = dict(scheduler)
-    return Engine(config, plugins=plugin_manager(), clock=clock if clock is not None else Clock())
+    return kit.engine_with(hami_hygon.plugin, config={"hygon": dict(hygon or {})}, scheduler=scheduler, clock=clock)
 
 
 def make_backend(**hygon: Any) -> DeviceBackend:
@@ -85,50 +64,25 @@ def make_backend(**hygon: Any) -> DeviceBackend:
 
 
 # --------------------------------------------------------------------------------------------- pods
-def container(name: str = "c", *, limits: Mapping[str, Any] | None = None,
-              requests: Mapping[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
-    ctr: dict[str, Any] = {"name": name, "image": "busybox"}
-    resources: dict[str, Any] = {}
-    if limits is not None:
-        resources["limits"] = dict(limits)
-    if requests is not None:
-        resources["requests"] = dict(requests)
-    if resources:
-        ctr["resources"] = resources
-    ctr.update(extra)
-    return ctr
+#: A container whose quantities stay as given (the tests also feed YAML integers).
+container = partial(kit.container, as_strings=False)
 
 
 def dcu_container(name: str = "c", num: int | str = 1, mem: int | str | None = None,
                   cores: int | str | None = None) -> dict[str, Any]:
     """A container with DCU limits (values as strings, as in Kubernetes JSON)."""
-    limits = {DCUNUM: str(num)}
-    if mem is not None:
-        limits[DCUMEM] = str(mem)
-    if cores is not None:
-        limits[DCUCORES] = str(cores)
-    return container(name, limits=limits)
+    return kit.device_container(DCU_RESOURCES, num, mem, cores, name=name)
 
 
-def make_pod(*containers: Mapping[str, Any], init: Sequence[Mapping[str, Any]] = (), name: str = "p",
-             namespace: str = "default", uid: str | None = None, annotations: Mapping[str, str] | None = None,
-             **spec: Any) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": uid or f"uid-{name}"}
-    if annotations:
-        meta["annotations"] = dict(annotations)
-    body: dict[str, Any] = {"containers": [dict(c) for c in containers]}
-    if init:
-        body["initContainers"] = [dict(c) for c in init]
-    body.update(spec)
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": body}
+def make_pod(*containers: Mapping[str, Any], name: str = "p", uid: str | None = None, **kwargs: Any) -> dict[str, Any]:
+    """The kit's pod, named ``p`` with UID ``uid-<name>`` unless given."""
+    return kit.pod(*containers, name=name, uid=uid or f"uid-{name}", **kwargs)
 
 
 def running_pod(name: str, node: str, allocated: str, *, containers: int = 1) -> dict[str, Any]:
     """A pod the scheduler placed earlier: ``hami.io/vgpu-node`` plus the DCU allocated annotation."""
-    pod = make_pod(*(dcu_container(f"c{i}") for i in range(containers)), name=name,
-                   annotations={VGPU_NODE: node, ALLOCATED: allocated}, nodeName=node)
-    pod["status"] = {"phase": "Running"}
-    return pod
+    return kit.running_pod(name, node, {ALLOCATED: allocated}, uid=f"uid-{name}",
+                           containers=[dcu_container(f"c{i}") for i in range(containers)])
 
 
 # --------------------------------------------------------------------------------------------- nodes
@@ -162,33 +116,13 @@ def dcu_node(name: str, n: int = 2, **device: Any) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------------------------- fit
-@dataclass
-class FakeNode:
-    """The part of a node that ``filter_nodes`` reads (a NodeView)."""
-
-    name: str = "node"
-    annotations: Mapping[str, str] = field(default_factory=dict)
-    labels: Mapping[str, str] = field(default_factory=dict)
-    allocatable: Mapping[str, str] = field(default_factory=dict)
-    devices: Mapping[str, Sequence[DeviceUsage]] = field(default_factory=dict)
-
-
-def usage(id: str, *, index: int = 0, count: int = 100, totalmem: int = 128, totalcore: int = 100,
-          used: int = 0, usedmem: int = 0, usedcores: int = 0, type: str = "DCU", numa: int = 0,
-          health: bool = True) -> DeviceUsage:
-    """A device with its usage, as HAMi's ``DeviceUsage`` (defaults: the upstream test card, 128 MiB / 100 cores)."""
-    info = DeviceInfo(id=id, index=index, count=count, devmem=totalmem, devcore=totalcore, type=type, numa=numa,
-                      mode="hami-core", health=health, vendor=dcu.COMMON_WORD)
-    return DeviceUsage(info, used=used, usedmem=usedmem, usedcores=usedcores)
+#: A device with its usage (defaults: the upstream test card, 128 MiB / 100 cores, ``hami-core`` mode).
+usage = partial(kit.usage, vendor=dcu.COMMON_WORD, mode="hami-core")
 
 
 def request(nums: int = 1, memreq: int = 0, coresreq: int = 0, pct: int = 0,
             type: str = dcu.COMMON_WORD) -> DeviceRequest:
-    return DeviceRequest(type, nums, memreq, pct, coresreq)
-
-
-def gpu_policy(gpu: str = "spread", *, node: str = "binpack") -> GpuPolicy:
-    return GpuPolicy(node=node, gpu=gpu, gpu_tokens=tuple(t.strip() for t in gpu.split(",") if t.strip()))
+    return kit.request(type, nums, memreq, coresreq, pct)
 
 
 def fit(devices: Sequence[DeviceUsage], req: DeviceRequest, *, pod_annotations: Mapping[str, str] | None = None,
@@ -197,14 +131,5 @@ def fit(devices: Sequence[DeviceUsage], req: DeviceRequest, *, pod_annotations: 
 
     Fit walks the list from the last device to the first, like HAMi.
     """
-    pod = make_pod(container(), annotations=pod_annotations)
-    cand = FitCandidate(FakeNode(), list(devices), {})
-    results = dcu.filter_nodes(backend or make_backend(), pod, req, [cand], policy or gpu_policy())
-    assert len(results) == 1
-    return results[0]
-
-
-def chosen(result: FitResult) -> list[str]:
-    """UUIDs of the devices a successful fit chose, in order."""
-    assert result.ok, result.reason
-    return [d.uuid for d in result.devices]
+    return kit.fit_one(dcu.filter_nodes, backend or make_backend(), devices, req, pod_annotations=pod_annotations,
+                       policy=policy)

@@ -1,34 +1,29 @@
-"""Builders for the hami-iluvatar tests: Kubernetes Node/Pod JSON, engines with a fake clock, fit inputs.
+"""Builders for the hami-iluvatar tests: the Iluvatar defaults over :mod:`hami_core.testing`'s builders.
 
 Units follow HAMi: memory in MiB (``.vMem`` units are 256 MiB), cores in percent of one card. The default
-chip is HAMi's ``MR-V100`` with the chart's resource names.
+chip is HAMi's ``MR-V100`` with the chart's resource names. The vendor-neutral pieces (``Clock``,
+``FakeNode``, ``chosen``, ``requesting``, ``gpu_policy``...) come from the kit.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
+from functools import partial
 from typing import Any
 
 import hami_iluvatar.plugin
+from hami_core import testing as kit
 from hami_core.engine.facade import Engine
-from hami_core.plugins.manager import get_plugin_manager
-from hami_core.plugins.types import (
-    DeviceBackend,
-    DeviceInfo,
-    DeviceRequest,
-    DeviceUsage,
-    FitCandidate,
-    FitResult,
-    GpuPolicy,
-)
+from hami_core.plugins.types import DeviceBackend, DeviceRequest, DeviceUsage, FitResult, GpuPolicy, ResourceNames
+from hami_core.testing import T0 as T0
+from hami_core.testing import Clock as Clock
+from hami_core.testing import FakeNode as FakeNode
+from hami_core.testing import chosen as chosen
+from hami_core.testing import gpu_policy as gpu_policy
+from hami_core.testing import requesting as requesting
 from hami_core.wire import keys
 from hami_iluvatar import backend as ilu
 from hami_iluvatar.config import IluvatarChipConfig
-
-#: The fake clock's start (Unix seconds).
-T0 = 1_750_000_000.0
 
 CHIP = "MR-V100"
 VGPU = "iluvatar.ai/MR-V100-vgpu"
@@ -45,32 +40,14 @@ GPU_POLICY = keys.GPU_SCHEDULER_POLICY
 ENV = "SOL_CONTINER_NAME"
 
 
-class Clock:
-    """A settable clock for :class:`Engine` (``clock.now += 60``)."""
-
-    def __init__(self, now: float = T0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def requesting(t: float) -> str:
-    """The scheduler's handshake mark written at ``t`` (local ``YYYY-MM-DD HH:MM:SS``)."""
-    return "Requesting_" + datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S")
-
-
 # --------------------------------------------------------------------------------------------- engine
-def plugin_manager() -> Any:
-    return get_plugin_manager(load_entrypoints=False, plugins=[hami_iluvatar.plugin])
+plugin_manager = partial(kit.plugin_manager, hami_iluvatar.plugin)
 
 
 def make_engine(iluvatars: Any = None, *, clock: Any = None, scheduler: Mapping[str, Any] | None = None) -> Engine:
     """An engine with only the built-in plugins and hami-iluvatar (chart chips unless ``iluvatars`` is given)."""
-    config: dict[str, Any] = {"iluvatars": iluvatars if iluvatars is not None else {}}
-    if scheduler is not None:
-        config["scheduler"] = dict(scheduler)
-    return Engine(config, plugins=plugin_manager(), clock=clock if clock is not None else Clock())
+    return kit.engine_with(hami_iluvatar.plugin, config={"iluvatars": iluvatars if iluvatars is not None else {}},
+                           scheduler=scheduler, clock=clock)
 
 
 def make_backend(chip: str = CHIP, **entry: Any) -> DeviceBackend:
@@ -79,50 +56,26 @@ def make_backend(chip: str = CHIP, **entry: Any) -> DeviceBackend:
 
 
 # --------------------------------------------------------------------------------------------- pods
-def container(name: str = "c", *, limits: Mapping[str, Any] | None = None,
-              requests: Mapping[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
-    ctr: dict[str, Any] = {"name": name, "image": "busybox"}
-    resources: dict[str, Any] = {}
-    if limits is not None:
-        resources["limits"] = dict(limits)
-    if requests is not None:
-        resources["requests"] = dict(requests)
-    if resources:
-        ctr["resources"] = resources
-    ctr.update(extra)
-    return ctr
+#: A container whose quantities stay as given.
+container = partial(kit.container, as_strings=False)
 
 
 def ilu_container(name: str = "c", gpus: int | str = 1, mem: int | str | None = None,
                   cores: int | str | None = None, chip: str = CHIP, **extra: Any) -> dict[str, Any]:
     """A container with Iluvatar limits for ``chip`` (``mem`` in 256 MiB units; values as strings)."""
-    limits = {f"iluvatar.ai/{chip}-vgpu": str(gpus)}
-    if mem is not None:
-        limits[f"iluvatar.ai/{chip}.vMem"] = str(mem)
-    if cores is not None:
-        limits[f"iluvatar.ai/{chip}.vCore"] = str(cores)
-    return container(name, limits=limits, **extra)
+    names = ResourceNames(f"iluvatar.ai/{chip}-vgpu", f"iluvatar.ai/{chip}.vMem", cores=f"iluvatar.ai/{chip}.vCore")
+    return kit.device_container(names, gpus, mem, cores, name=name, **extra)
 
 
-def make_pod(*containers: Mapping[str, Any], init: Sequence[Mapping[str, Any]] = (), name: str = "p",
-             namespace: str = "default", annotations: Mapping[str, str] | None = None, **spec: Any) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": f"uid-{name}"}
-    if annotations:
-        meta["annotations"] = dict(annotations)
-    body: dict[str, Any] = {"containers": [dict(c) for c in containers]}
-    if init:
-        body["initContainers"] = [dict(c) for c in init]
-    body.update(spec)
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": body}
+def make_pod(*containers: Mapping[str, Any], name: str = "p", **kwargs: Any) -> dict[str, Any]:
+    """The kit's pod, named ``p`` with UID ``uid-<name>``."""
+    return kit.pod(*containers, name=name, uid=f"uid-{name}", **kwargs)
 
 
 def running_pod(name: str, node: str, allocated: Mapping[str, str] | str, *, containers: int = 1) -> dict[str, Any]:
     """A pod placed earlier: ``hami.io/vgpu-node`` plus allocated annotations (a string means MR-V100's key)."""
     values = {ALLOCATED: allocated} if isinstance(allocated, str) else dict(allocated)
-    pod = make_pod(*(container(f"c{i}") for i in range(containers)), name=name,
-                   annotations={VGPU_NODE: node, **values}, nodeName=node)
-    pod["status"] = {"phase": "Running"}
-    return pod
+    return kit.running_pod(name, node, values, uid=f"uid-{name}", containers=containers)
 
 
 # --------------------------------------------------------------------------------------------- nodes
@@ -157,33 +110,14 @@ def make_node(name: str, registers: Mapping[str, str | None] | str | None = None
 
 
 # --------------------------------------------------------------------------------------------- fit
-@dataclass
-class FakeNode:
-    """The part of a node that ``filter_nodes`` reads (a NodeView)."""
-
-    name: str = "node"
-    annotations: Mapping[str, str] = field(default_factory=dict)
-    labels: Mapping[str, str] = field(default_factory=dict)
-    allocatable: Mapping[str, str] = field(default_factory=dict)
-    devices: Mapping[str, Sequence[DeviceUsage]] = field(default_factory=dict)
-
-
-def usage(id: str, *, index: int = 0, count: int = 10, totalmem: int = 8192, totalcore: int = 100, used: int = 0,
-          usedmem: int = 0, usedcores: int = 0, type: str = CHIP, health: bool = True) -> DeviceUsage:
-    """A device with its usage, as HAMi's ``DeviceUsage``."""
-    info = DeviceInfo(id=id, index=index, count=count, devmem=totalmem, devcore=totalcore, type=type,
-                      mode="hami-core", health=health, vendor=CHIP)
-    return DeviceUsage(info, used=used, usedmem=usedmem, usedcores=usedcores)
+#: A device with its usage (defaults: an MR-V100, 8192 MiB / 100 cores, split 10, ``hami-core`` mode).
+usage = partial(kit.usage, vendor=CHIP, count=10, totalmem=8192, mode="hami-core")
 
 
 def request(nums: int = 1, memreq: int = 0, coresreq: int = 0, pct: int | None = None,
             type: str = CHIP) -> DeviceRequest:
     """An Iluvatar request; ``pct`` defaults as the backend sets it (100 without memory, else 0)."""
-    return DeviceRequest(type, nums, memreq, (100 if memreq == 0 else 0) if pct is None else pct, coresreq)
-
-
-def gpu_policy(gpu: str = "spread", *, node: str = "binpack") -> GpuPolicy:
-    return GpuPolicy(node=node, gpu=gpu, gpu_tokens=tuple(t.strip() for t in gpu.split(",") if t.strip()))
+    return kit.request(type, nums, memreq, coresreq, (100 if memreq == 0 else 0) if pct is None else pct)
 
 
 def fit(devices: Sequence[DeviceUsage], req: DeviceRequest, *, pod_annotations: Mapping[str, str] | None = None,
@@ -192,14 +126,5 @@ def fit(devices: Sequence[DeviceUsage], req: DeviceRequest, *, pod_annotations: 
 
     Fit walks the list from the last device to the first, like HAMi.
     """
-    pod = make_pod(container(), annotations=pod_annotations)
-    cand = FitCandidate(FakeNode(), list(devices), {})
-    results = ilu.filter_nodes(backend or make_backend(), pod, req, [cand], policy or gpu_policy())
-    assert len(results) == 1
-    return results[0]
-
-
-def chosen(result: FitResult) -> list[str]:
-    """UUIDs of the devices a successful fit chose, in order."""
-    assert result.ok, result.reason
-    return [d.uuid for d in result.devices]
+    return kit.fit_one(ilu.filter_nodes, backend or make_backend(), devices, req, pod_annotations=pod_annotations,
+                       policy=policy)

@@ -1,31 +1,29 @@
-"""Builders for the hami-kunlun tests: engines at a fake time, Kunlunxin nodes and pods, fit inputs."""
+"""Builders for the hami-kunlun tests: the Kunlunxin defaults over :mod:`hami_core.testing`'s builders."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import hami_kunlun.plugin
+from hami_core import testing as kit
 from hami_core.engine.facade import Engine
-from hami_core.plugins.manager import get_plugin_manager
-from hami_core.plugins.types import DeviceInfo, DeviceRequest, DeviceUsage, FitCandidate, FitResult, GpuPolicy
-from hami_core.testing import container, node, pod
-from hami_core.wire import keys
+from hami_core.plugins.types import DeviceRequest, DeviceUsage, FitResult
+from hami_core.testing import T0 as T0
+from hami_core.testing import container as container
+from hami_core.testing import node as node
+from hami_core.testing import pod as pod
 from hami_kunlun import backend as kl
 
-T0 = 1_750_000_000.0
 XPU_RES = "kunlunxin.com/xpu"
 VXPU = "kunlunxin.com/vxpu"
 VMEM = "kunlunxin.com/vxpu-memory"
 
-__all__ = ["container", "node", "pod"]
-
 
 def make_engine(section: Mapping[str, Any] | None = None) -> Engine:
-    pm = get_plugin_manager(load_entrypoints=False, plugins=[hami_kunlun.plugin])
-    return Engine({"kunlun": dict(section or {})}, plugins=pm, clock=lambda: T0)
+    """An engine with only the built-in plugins and hami-kunlun, at :data:`T0`."""
+    return kit.engine_with(hami_kunlun.plugin, config={"kunlun": dict(section or {})})
 
 
 def kunlun_node(name: str = "kl-node", cards: int | str = 8) -> dict[str, Any]:
@@ -43,17 +41,8 @@ def xpu_node(name: str = "xpu-node", n: int = 8, **kw: Any) -> dict[str, Any]:
 
 
 def running(name: str, node_name: str, key: str, value: str) -> dict[str, Any]:
-    return pod(container(), name=name, node_name=node_name, phase="Running",
-               annotations={keys.VGPU_NODE: node_name, key: value})
-
-
-@dataclass
-class FakeNode:
-    name: str = "node"
-    annotations: Mapping[str, str] = field(default_factory=dict)
-    labels: Mapping[str, str] = field(default_factory=dict)
-    allocatable: Mapping[str, str] = field(default_factory=dict)
-    devices: Mapping[str, Sequence[DeviceUsage]] = field(default_factory=dict)
+    """A pod placed earlier on ``node_name`` with ``key: value`` (an allocated annotation)."""
+    return kit.running_pod(name, node_name, {key: value}, containers=[container()])
 
 
 def usages(used: Sequence[int] = (), *, n: int = 8, usedmem: Mapping[int, int] | None = None,
@@ -62,22 +51,18 @@ def usages(used: Sequence[int] = (), *, n: int = 8, usedmem: Mapping[int, int] |
     """n devices ``xpu-<i>`` (index i); ``used`` lists busy ones (1 task each unless ``counts`` says)."""
     out = []
     for i in range(n):
-        info = DeviceInfo(id=f"xpu-{i}", index=i, count=100, devmem=98304, devcore=100, type=typ,
-                          health=i not in unhealthy)
         u = (counts or {}).get(i, 1 if i in used else 0)
         mem = (usedmem or {}).get(i, 98304 if (u and typ == "kunlun") else 0)
-        out.append(DeviceUsage(info, used=u, usedmem=mem))
+        out.append(kit.usage(f"xpu-{i}", vendor=typ, index=i, totalmem=98304, health=i not in unhealthy, used=u,
+                             usedmem=mem))
     return out
 
 
 def fit(devs: Sequence[DeviceUsage], req: DeviceRequest, *, annotations: Mapping[str, str] | None = None,
         gpu: str = "spread") -> FitResult:
-    p = pod(container(), annotations=annotations)
-    cand = FitCandidate(FakeNode(), list(devs), {})
-    policy = GpuPolicy(gpu=gpu, gpu_tokens=tuple(gpu.split(",")))
+    """The whole-card or vXPU filter (by ``req.backend``) on one node holding ``devs``."""
     filt = kl.kunlun_filter if req.backend == kl.KUNLUN else kl.xpu_filter
-    (res,) = filt(p, req, [cand], policy)
-    return res
+    return kit.fit_one(filt, None, devs, req, pod_annotations=annotations, policy=kit.gpu_policy(gpu))
 
 
 def idx(res: FitResult) -> list[int]:

@@ -1,57 +1,47 @@
-"""Builders for the hami-metax tests: Kubernetes Node/Pod JSON, engines with a fake clock, fit inputs.
+"""Builders for the hami-metax tests: the MetaX defaults over :mod:`hami_core.testing`'s builders.
 
-Units follow HAMi: memory in MiB, cores in percent of one card.
+Units follow HAMi: memory in MiB, cores in percent of one card. The vendor-neutral pieces (``Clock``,
+``FakeNode``, ``candidate``, ``chosen``...) come from the kit.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import hami_metax.plugin
+from hami_core import testing as kit
 from hami_core.engine.facade import Engine
-from hami_core.plugins.manager import get_plugin_manager
-from hami_core.plugins.types import DeviceBackend, DeviceInfo, DeviceRequest, DeviceUsage, FitCandidate, FitResult
+from hami_core.plugins.types import DeviceBackend, DeviceRequest, DeviceUsage, ResourceNames
+from hami_core.testing import T0 as T0
+from hami_core.testing import Clock as Clock
+from hami_core.testing import FakeNode as FakeNode
+from hami_core.testing import candidate as candidate
+from hami_core.testing import chosen as chosen
 from hami_core.wire import keys
 from hami_metax import backend as mx
 from hami_metax.config import parse_config
-
-#: The fake clock's start (Unix seconds).
-T0 = 1_750_000_000.0
 
 GPU = "metax-tech.com/gpu"
 SGPU = "metax-tech.com/sgpu"
 VMEMORY = "metax-tech.com/vmemory"
 VCORE = "metax-tech.com/vcore"
+SGPU_RESOURCES = ResourceNames(SGPU, VMEMORY, cores=VCORE)
 VGPU_NODE = keys.VGPU_NODE
 GPU_POLICY = keys.GPU_SCHEDULER_POLICY
 NODE_POLICY = keys.NODE_SCHEDULER_POLICY
 
 
-class Clock:
-    """A settable clock for :class:`Engine` (``clock.now += 60``)."""
-
-    def __init__(self, now: float = T0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
 # --------------------------------------------------------------------------------------------- engine
-def plugin_manager() -> Any:
-    return get_plugin_manager(load_entrypoints=False, plugins=[hami_metax.plugin])
+plugin_manager = partial(kit.plugin_manager, hami_metax.plugin)
 
 
 def make_engine(metax: Mapping[str, Any] | None = None, *, scheduler: Mapping[str, Any] | None = None,
                 clock: Any = None) -> Engine:
     """An engine with only the built-in plugins and hami-metax, at a fake time."""
-    config: dict[str, Any] = {"metax": dict(metax or {})}
-    if scheduler is not None:
-        config["scheduler"] = dict(scheduler)
-    return Engine(config, plugins=plugin_manager(), clock=clock if clock is not None else Clock())
+    return kit.engine_with(hami_metax.plugin, config={"metax": dict(metax or {})}, scheduler=scheduler, clock=clock)
 
 
 def backends(**metax: Any) -> tuple[DeviceBackend, DeviceBackend]:
@@ -61,55 +51,30 @@ def backends(**metax: Any) -> tuple[DeviceBackend, DeviceBackend]:
 
 
 # --------------------------------------------------------------------------------------------- pods
-def container(name: str = "c", *, limits: Mapping[str, Any] | None = None,
-              requests: Mapping[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
-    ctr: dict[str, Any] = {"name": name, "image": "busybox"}
-    resources: dict[str, Any] = {}
-    if limits is not None:
-        resources["limits"] = dict(limits)
-    if requests is not None:
-        resources["requests"] = dict(requests)
-    if resources:
-        ctr["resources"] = resources
-    ctr.update(extra)
-    return ctr
+#: A container whose quantities stay as given (the request tests also feed YAML integers).
+container = partial(kit.container, as_strings=False)
 
 
 def sgpu_container(name: str = "c", count: int | str = 1, mem: int | str | None = None,
                    cores: int | str | None = None) -> dict[str, Any]:
     """A container with MetaX sGPU limits (values as strings, as in Kubernetes JSON)."""
-    limits = {SGPU: str(count)}
-    if mem is not None:
-        limits[VMEMORY] = str(mem)
-    if cores is not None:
-        limits[VCORE] = str(cores)
-    return container(name, limits=limits)
+    return kit.device_container(SGPU_RESOURCES, count, mem, cores, name=name)
 
 
 def gpu_container(name: str = "c", count: int | str = 1) -> dict[str, Any]:
     return container(name, limits={GPU: str(count)})
 
 
-def make_pod(*containers: Mapping[str, Any], init: Sequence[Mapping[str, Any]] = (), name: str = "p",
-             namespace: str = "default", uid: str | None = None, annotations: Mapping[str, str] | None = None,
-             **spec: Any) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": uid or f"uid-{name}"}
-    if annotations is not None:
-        meta["annotations"] = dict(annotations)
-    body: dict[str, Any] = {"containers": [dict(c) for c in containers]}
-    if init:
-        body["initContainers"] = [dict(c) for c in init]
-    body.update(spec)
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": body}
+def make_pod(*containers: Mapping[str, Any], name: str = "p", uid: str | None = None, **kwargs: Any) -> dict[str, Any]:
+    """The kit's pod, named ``p`` with UID ``uid-<name>`` unless given."""
+    return kit.pod(*containers, name=name, uid=uid or f"uid-{name}", **kwargs)
 
 
 def running_pod(name: str, node: str, allocated: str, *, key: str = mx.SGPU_ALLOCATED, containers: int = 1,
                 annotations: Mapping[str, str] | None = None) -> dict[str, Any]:
     """A pod the scheduler placed earlier: ``hami.io/vgpu-node`` plus the allocated annotation."""
-    annos = {VGPU_NODE: node, key: allocated, **(annotations or {})}
-    pod = make_pod(*(container(f"c{i}") for i in range(containers)), name=name, annotations=annos, nodeName=node)
-    pod["status"] = {"phase": "Running"}
-    return pod
+    return kit.running_pod(name, node, {key: allocated}, uid=f"uid-{name}", containers=containers,
+                           annotations=annotations)
 
 
 # --------------------------------------------------------------------------------------------- nodes
@@ -148,21 +113,10 @@ def gpu_node(name: str, capacity: int | str | None = 8, *,
 
 
 # --------------------------------------------------------------------------------------------- fit
-@dataclass
-class FakeNode:
-    """The part of a node that the filter hooks read (a NodeView)."""
-
-    name: str = "node"
-    annotations: Mapping[str, str] = field(default_factory=dict)
-    labels: Mapping[str, str] = field(default_factory=dict)
-    allocatable: Mapping[str, str] = field(default_factory=dict)
-    devices: Mapping[str, Sequence[DeviceUsage]] = field(default_factory=dict)
-
-
-def usage(id: str, *, index: int = 0, count: int = 100, totalmem: int = 128, totalcore: int = 100,
-          used: int = 0, usedmem: int = 0, usedcores: int = 0, health: bool = True, qos: str | None = None,
-          zone: int | None = None, type: str = mx.SGPU_WORD) -> DeviceUsage:
-    """A device with its usage (defaults: the Go Fit tests' card, 128 MiB / 100 cores / split 100).
+def usage(id: str, *, qos: str | None = None, zone: int | None = None, type: str = mx.SGPU_WORD,
+          **kwargs: Any) -> DeviceUsage:
+    """A device of backend ``type`` with its usage (defaults: the Go Fit tests' card, 128 MiB / 100 cores /
+    split 100); other keywords as :func:`hami_core.testing.usage`.
 
     ``qos`` and ``zone`` set the registered ``QosPolicy`` and ``LinkZone`` custom info.
     """
@@ -171,24 +125,11 @@ def usage(id: str, *, index: int = 0, count: int = 100, totalmem: int = 128, tot
         info[mx.INFO_QOS] = qos
     if zone is not None:
         info[mx.INFO_LINK_ZONE] = zone
-    dev = DeviceInfo(id=id, index=index, count=count, devmem=totalmem, devcore=totalcore, type=type,
-                     health=health, custom_info=info or None, vendor=type)
-    return DeviceUsage(dev, used=used, usedmem=usedmem, usedcores=usedcores)
+    return kit.usage(id, vendor=type, custom_info=info or None, **kwargs)
 
 
 def sreq(nums: int = 1, memreq: int = 0, pct: int = 0, cores: int = 0, type: str = mx.SGPU_WORD) -> DeviceRequest:
-    return DeviceRequest(type, nums, memreq, pct, cores)
-
-
-def candidate(devices: Sequence[DeviceUsage], *, allocated: Mapping[str, Any] | None = None,
-              annotations: Mapping[str, str] | None = None) -> FitCandidate:
-    return FitCandidate(FakeNode(annotations=dict(annotations or {})), list(devices), dict(allocated or {}))
-
-
-def chosen(result: FitResult) -> list[str]:
-    """UUIDs of the devices a successful fit chose, in order."""
-    assert result.ok, result.reason
-    return [d.uuid for d in result.devices]
+    return kit.request(type, nums, memreq, cores, pct)
 
 
 class InProcess:
