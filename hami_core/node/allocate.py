@@ -199,10 +199,11 @@ class Allocator:
             if result is None:
                 raise AllocateError(f"no plugin implements hami_allocate for backend {self.backend.name}")
             results.append(result)
-            if result.pod_annotations:
-                merged.update(result.pod_annotations)
+            extra = getattr(result, "pod_annotations", None)  # duck-typed results (test doubles) have none
+            if extra:
+                merged.update(extra)
                 meta = dict(metadata(view))
-                meta["annotations"] = {**annotations(view), **result.pod_annotations}
+                meta["annotations"] = {**annotations(view), **extra}
                 view = {**view, "metadata": meta}
         return merged
 
@@ -250,10 +251,11 @@ class Allocator:
 def _roll_back(results: Sequence[ContainerAllocation]) -> None:
     """Call the vendors' rollbacks, newest first; a failing rollback is logged and the others still run."""
     for result in reversed(results):
-        if result.rollback is None:
+        rollback = getattr(result, "rollback", None)
+        if rollback is None:
             continue
         try:
-            result.rollback()
+            rollback()
         except Exception as exc:
             log.error("rolling back an allocation failed: %s", exc)
 

@@ -240,7 +240,7 @@ class _Driver:
         self.gpu_instances: dict[int, dict[int, _GpuInstance]] = {i: {} for i in range(len(self.gpus))}
         self.processes: dict[str, list[int]] = {}
         self.reset_required: set[int] = set()  # GPUs whose MIG mode change stays pending (needs a GPU reset)
-        self.failures: dict[str, collections.deque[NVMLError]] = {}
+        self.failures: dict[str, collections.deque[NVMLError | None]] = {}
         self.calls: collections.Counter[str] = collections.Counter()
         self.serial = 0
 
@@ -253,7 +253,9 @@ class _Driver:
         self.calls[call] += 1
         queue = self.failures.get(call)
         if queue:
-            raise queue.popleft()
+            error = queue.popleft()
+            if error is not None:
+                raise error
 
     def mig_devices(self, i: int) -> list[_ComputeInstance]:
         """The GPU's MIG devices in the driver's order (by GPU instance id, then compute instance id)."""
@@ -350,9 +352,9 @@ def settle(timeout: float) -> bool:
     return _driver.settle(timeout)
 
 
-def fail_next(call: str, error: NVMLError) -> None:
-    """The next call of the NVML function named ``call`` raises ``error`` (queued; one error per call)."""
-    _driver.failures.setdefault(call, collections.deque()).append(error)
+def fail_next(call: str, error: NVMLError, *, after: int = 0) -> None:
+    """The call of the NVML function ``call`` that comes after the next ``after`` ones raises ``error``."""
+    _driver.failures.setdefault(call, collections.deque()).extend([None] * after + [error])
 
 
 def live_instances(uuid: str) -> list[tuple[int, int, int, int, str]]:
