@@ -404,6 +404,7 @@ def mig_allocation(manager: Any, pod: Mapping[str, Any], container_index: int,
             profile_slices(a.profile)
         except MigError as exc:
             raise MigAllocateError(f"{where}, deviceIndex {a.device_index}: profile: {exc}") from None
+    _refuse_double_use(manager, pod, mine, where)
     manager.reconcile()
     created: list[Any] = []
     realised = {}
@@ -424,6 +425,31 @@ def mig_allocation(manager: Any, pod: Mapping[str, Any], container_index: int,
     return ContainerAllocation(env={"NVIDIA_VISIBLE_DEVICES": ",".join(dict.fromkeys(map(str, uuids)))},
                                pod_annotations={key: encode_mig_allocations(updated)},
                                rollback=lambda: _destroy_all(manager, created))
+
+
+def _refuse_double_use(manager: Any, pod: Mapping[str, Any], mine: Sequence[Any], where: str) -> None:
+    """Refuse an instance another live pod already realised: a tracked instance is reused by key, so a
+    scheduler mistake would otherwise hand one MIG device to two pods. Skipped (logged) when the pods
+    cannot be listed: the scheduler's booking is then the only guard, as in HAMi."""
+    from hami_nvidia.migmgr import InstanceKey, live_pods, pod_allocations
+
+    uid = (pod.get("metadata") or {}).get("uid")
+    wanted = {InstanceKey.of(a): a for a in mine}
+    try:
+        others = [p for p in live_pods(manager.list_pods()) if (p.get("metadata") or {}).get("uid") != uid]
+    except Exception as exc:
+        log.warning("cannot list the node's pods to check MIG double use: %s", exc)
+        return
+    for other in others:
+        try:
+            taken = [a for a in pod_allocations(other) if a.realized and InstanceKey.of(a) in wanted]
+        except Exception:
+            continue  # another pod's bad annotation is its own problem (and stops reconcile, fail-closed)
+        if taken:
+            meta = other.get("metadata") or {}
+            a = wanted[InstanceKey.of(taken[0])]
+            raise MigAllocateError(f"{where}, deviceIndex {a.device_index}: {InstanceKey.of(a)} is already in use "
+                                   f"by pod {meta.get('namespace') or 'default'}/{meta.get('name')}")
 
 
 def _destroy_all(manager: Any, instances: Sequence[Any]) -> None:
