@@ -249,6 +249,28 @@ def test_a_failure_mid_way_rolls_back_only_this_calls_instances(
     assert annotation(cluster, "b", keys.BIND_PHASE) == "failed"
 
 
+def test_two_containers_in_one_call_see_each_other_and_a_later_failure_rolls_back_the_earlier_one(
+        a100s: ModuleType, start_plugin, kubelet: FakeKubelet, cluster: MemoryCluster) -> None:
+    start_plugin()
+    slots = f"{UUID0},NVIDIA,4864,15:;{UUID1},NVIDIA,4864,15:;"
+    good = [entry(0, 0, UUID0, "1g.5gb", 5, 1), entry(1, 0, UUID1, "1g.5gb", 6, 1)]
+    bind(cluster, mig_pod("ok", slots, good, containers=2))
+    a, b = allocate(kubelet, [f"{UUID0}-0"], [f"{UUID1}-0"]).container_responses
+    recorded = decode_mig_allocations(annotation(cluster, "ok", keys.VGPU_MIG_ALLOCATIONS))
+    # The second container's hook saw the first one's realised entry: both survive the single patch.
+    assert [a.mig_uuid for a in recorded] == [dict(a.envs)["NVIDIA_VISIBLE_DEVICES"],
+                                              dict(b.envs)["NVIDIA_VISIBLE_DEVICES"]]
+    cluster.delete_pod("ml", "ok")
+    bad = [entry(0, 0, UUID0, "1g.5gb", 4, 1), entry(1, 0, UUID0, "1g.5gb", 3, 1)]  # container 1's GPU is wrong
+    bind(cluster, mig_pod("bad", slots, bad, containers=2))
+    details = allocate_error(kubelet, [f"{UUID0}-0"], [f"{UUID1}-0"])
+    assert "containerIndex 1" in details and "gpuUUID" in details
+    # Container 0's new instance (start 4) was rolled back; only the old pod's instances, if not yet reconciled.
+    assert a100s.driver().calls[CREATE_GI] == 3  # it had been made: ok's two, then bad's first
+    assert 4 not in [s for _, s, *_ in a100s.live_instances(UUID0)]
+    assert annotation(cluster, "bad", keys.BIND_PHASE) == "failed"
+
+
 def test_a_pod_changed_before_the_patch_rolls_the_call_back(
         a100s: ModuleType, start_plugin, kubelet: FakeKubelet, cluster: MemoryCluster,
         monkeypatch: pytest.MonkeyPatch) -> None:
