@@ -106,11 +106,13 @@ class MigManager:
     """The GI/CI instances of one node's MIG GPUs (see the module docstring)."""
 
     def __init__(self, nvml: Any, gpus: Sequence[tuple[str, str]], list_pods: Callable[[], list[dict[str, Any]]],
-                 *, allowlisted: Callable[[str], bool]) -> None:
-        """``gpus``: ``(uuid, model)`` of the node's GPUs; ``list_pods``: this node's pods (raises on API
-        errors); ``allowlisted(model)``: whether a model has a ``migProfileAllowlist`` entry."""
+                 *, allowlisted: Callable[[str], bool], other_models: Sequence[str] = ()) -> None:
+        """``gpus``: ``(uuid, model)`` of the node's MIG-capable GPUs; ``other_models``: the models of its other
+        GPUs (startup needs every model allowlisted); ``list_pods``: this node's pods (raises on API errors);
+        ``allowlisted(model)``: whether a model has a ``migProfileAllowlist`` entry."""
         self.nvml = nvml
         self.gpus = list(gpus)
+        self.other_models = list(other_models)
         self.list_pods = list_pods
         self.allowlisted = allowlisted
         self.error = getattr(nvml, "NVMLError", Exception)
@@ -157,7 +159,7 @@ class MigManager:
                     log.warning("nvmlShutdown failed: %s", exc)
 
     def _startup(self) -> None:
-        unlisted = [model for _, model in self.gpus if not self.allowlisted(model)]
+        unlisted = [m for m in [model for _, model in self.gpus] + self.other_models if not self.allowlisted(m)]
         if unlisted:
             log.warning("dynamic MIG startup skipped: GPU model(s) %s match no migProfileAllowlist entry; GPU and "
                         "compute instances are left as they are", ", ".join(sorted(set(unlisted))))

@@ -104,9 +104,11 @@ def _mig_manager(backend: DeviceBackend, ctx: Any) -> Any:
         from hami_nvidia.migmgr import MigManager
 
         cfg = backend.config
-        gpus = [(g.uuid, g.model) for g in ctx.state.get(_GPUS, [])]
-        ctx.state[_MIG] = MigManager(pynvml, gpus, ctx.list_pods,
-                                     allowlisted=lambda model: allowlisted_profiles(cfg, model) is not None)
+        discovered = ctx.state.get(_GPUS, [])
+        ctx.state[_MIG] = MigManager(pynvml, [(g.uuid, g.model) for g in discovered if g.mig_profiles],
+                                     ctx.list_pods,
+                                     allowlisted=lambda model: allowlisted_profiles(cfg, model) is not None,
+                                     other_models=[g.model for g in discovered if not g.mig_profiles])
     return ctx.state[_MIG]
 
 
