@@ -155,7 +155,35 @@ class Allocator:
             slots = list(decode_pod_single_device(raw, key=self.annotation))
         except WireFormatError as exc:
             raise AllocateError(f"pod {pod_name(pod)}: {exc}") from None
-        results = []
+        results: list[ContainerAllocation] = []
+        try:
+            pod_annotations = self._allocate_containers(pod, slots, requests, results)
+            meta = metadata(pod)
+            ns, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
+            # The consumed slots are written before kubelet gets its answer: a retried or repeated Allocate after
+            # a crash finds them gone and fails clearly instead of handing the devices out a second time.
+            patch: dict[str, Any] = {"metadata": {"annotations": {
+                **pod_annotations, self.annotation: encode_pod_single_device(slots)}}}
+            if pod_annotations and meta.get("resourceVersion"):
+                # The vendor computed these from the pod as read: a compare-and-swap, so a concurrent change of
+                # the same annotations fails the call (and rolls back) instead of being overwritten.
+                patch["metadata"]["resourceVersion"] = meta.get("resourceVersion")
+            self._retry(f"patch pod {ns}/{name}", lambda: self.cluster.patch_pod(ns, name, patch))
+        except Exception:
+            _roll_back(results)
+            raise
+        if self._all_consumed(pod):
+            self._finish(pod, keys.BIND_PHASE_SUCCESS)
+        return results
+
+    def _allocate_containers(self, pod: dict[str, Any], slots: list[tuple[ContainerDevice, ...]],
+                             requests: Sequence[Sequence[str]], results: list[ContainerAllocation]) -> dict[str, str]:
+        """Pop a slot and call the vendor per request, appending to ``results``; the merged pod annotations.
+
+        Each hook sees the pod with the earlier containers' ``pod_annotations`` applied (on a copy).
+        """
+        merged: dict[str, str] = {}
+        view = pod
         for ids in requests:
             index = next((i for i, slot in enumerate(slots) if slot), None)
             if index is None:
@@ -167,19 +195,17 @@ class Allocator:
                                     f"(annotation {len(devices)}, kubelet {len(ids)})")
             if self.prefer_kubelet_ids:
                 devices = tuple(_with_uuid(d, physical_device_id(i)) for d, i in zip(devices, ids, strict=True))
-            result = self.allocate_fn(pod, index, devices)
+            result = self.allocate_fn(view, index, devices)
             if result is None:
                 raise AllocateError(f"no plugin implements hami_allocate for backend {self.backend.name}")
             results.append(result)
-        meta = metadata(pod)
-        ns, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
-        # The consumed slots are written before kubelet gets its answer: a retried or repeated Allocate after a
-        # crash finds them gone and fails clearly instead of handing the devices out a second time.
-        patch = {"metadata": {"annotations": {self.annotation: encode_pod_single_device(slots)}}}
-        self._retry(f"patch pod {ns}/{name}", lambda: self.cluster.patch_pod(ns, name, patch))
-        if self._all_consumed(pod):
-            self._finish(pod, keys.BIND_PHASE_SUCCESS)
-        return results
+            extra = getattr(result, "pod_annotations", None)  # duck-typed results (test doubles) have none
+            if extra:
+                merged.update(extra)
+                meta = dict(metadata(view))
+                meta["annotations"] = {**annotations(view), **extra}
+                view = {**view, "metadata": meta}
+        return merged
 
     def _all_consumed(self, pod: Mapping[str, Any]) -> bool:
         meta = metadata(pod)
@@ -220,6 +246,18 @@ class Allocator:
         for k, req in enumerate(requests):
             out.append(_prefer(req, slots[k]) if k < len(slots) else None)
         return out
+
+
+def _roll_back(results: Sequence[ContainerAllocation]) -> None:
+    """Call the vendors' rollbacks, newest first; a failing rollback is logged and the others still run."""
+    for result in reversed(results):
+        rollback = getattr(result, "rollback", None)
+        if rollback is None:
+            continue
+        try:
+            rollback()
+        except Exception as exc:
+            log.error("rolling back an allocation failed: %s", exc)
 
 
 def _with_uuid(device: ContainerDevice, uuid: str) -> ContainerDevice:

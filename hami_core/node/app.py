@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from hami_core.cluster.base import Cluster
 from hami_core.node.allocate import Allocator
+from hami_core.node.context import NodeContext, bound
 from hami_core.node.register import RegistrationWriter
 from hami_core.node.server import KUBELET_SOCKET, DevicePluginServer, KubeletWatcher, socket_name
 from hami_core.plugins.errors import HamiError
-from hami_core.plugins.types import DeviceBackend, HealthWatch
+from hami_core.plugins.types import ContainerAllocation, ContainerDevice, DeviceBackend, HealthWatch
 from hami_core.wire import keys
 
 log = logging.getLogger("hami.node")
@@ -30,13 +32,15 @@ class DevicePluginApp:
         self.node_name = node_name
         plugin_dir = Path(plugin_dir)
         self.kubelet_socket = Path(kubelet_socket) if kubelet_socket else plugin_dir / KUBELET_SOCKET
-        devices = pm.hook.hami_discover_devices(backend=backend)
+        #: Bound around every node-side hook call (see :mod:`hami_core.node.context`).
+        self.context = NodeContext(node_name, lambda: cluster.pods_on_node(node_name))
+        with bound(self.context):
+            devices = pm.hook.hami_discover_devices(backend=backend)
         if devices is None:
             raise HamiError(f"no plugin implements hami_discover_devices for backend {backend.name}")
         self.devices = list(devices)
         self._device_ids = frozenset(d.id for d in self.devices)
-        allocator = Allocator(cluster, node_name, backend, lambda pod, index, devs: pm.hook.hami_allocate(
-            backend=backend, pod=pod, container_index=index, devices=devs))
+        allocator = Allocator(cluster, node_name, backend, self._allocate)
         cfg = backend.config
         self.server = DevicePluginServer(
             resource_name=backend.resource_names.count,
@@ -54,6 +58,11 @@ class DevicePluginApp:
         # until then the scheduler would keep placing pods on a device kubelet already refuses.
         self._register_now = threading.Event()
         self._threads: list[threading.Thread] = []
+
+    def _allocate(self, pod: Mapping[str, Any], index: int,
+                  devices: Sequence[ContainerDevice]) -> ContainerAllocation | None:
+        with bound(self.context):
+            return self.pm.hook.hami_allocate(backend=self.backend, pod=pod, container_index=index, devices=devices)
 
     def restart(self) -> None:
         self.server.stop()
@@ -108,8 +117,9 @@ class DevicePluginApp:
         self._health_started = True
         name = self.backend.name
         try:
-            watch = self.pm.hook.hami_watch_health(backend=self.backend, devices=list(self.devices),
-                                                  on_health=self._on_health)
+            with bound(self.context):
+                watch = self.pm.hook.hami_watch_health(backend=self.backend, devices=list(self.devices),
+                                                      on_health=self._on_health)
         except Exception as exc:
             log.error("backend %s: the device health watch failed to start (%s: %s); serving with health "
                       "checks off, every device stays Healthy", name, type(exc).__name__, exc)

@@ -385,7 +385,18 @@ def hami_allocate(
     """Build what kubelet's ``Allocate`` returns for one container (env, mounts, device nodes).
 
     Phase: node side. ``devices`` are the container's entries popped from the to-allocate annotation.
-    Stops at the first non-``None`` result.
+    Stops at the first non-``None`` result. ``pod`` is the pod as read at the start of the Allocate call,
+    with the ``pod_annotations`` of the call's earlier containers already applied.
+
+    Writing to the pod: the hook never patches the pod itself. It returns the annotations to set in
+    ``ContainerAllocation.pod_annotations``; the device plugin merge-patches them onto the pod in the same
+    patch that consumes the to-allocate slots, with the pod's ``metadata.resourceVersion`` as a precondition
+    (a pod changed meanwhile fails the call), before kubelet gets the answer. A hook with side effects
+    (NVIDIA dynamic MIG creates GPU instances) returns ``ContainerAllocation.rollback``: the device plugin
+    calls it, newest first, when the call fails after the hook returned (a later container's hook raised,
+    the patch failed). A hook that fails raises an exception whose message names the pod and the field; it
+    undoes its own partial work first. While the hook runs, :func:`hami_core.node.context.current` gives the
+    node name, a reader of the node's pods and a per-plugin state bag.
 
     :returns: :class:`ContainerAllocation`.
     """

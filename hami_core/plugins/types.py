@@ -12,7 +12,7 @@ count (how many tasks may share a device).
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -561,12 +561,19 @@ class DeviceSpec:
 
 @dataclass(frozen=True, slots=True)
 class ContainerAllocation:
-    """What the device plugin's ``Allocate`` hands to one container: env, mounts, device nodes."""
+    """What the device plugin's ``Allocate`` hands to one container: env, mounts, device nodes.
+
+    ``annotations`` go to kubelet (the container runtime); ``pod_annotations`` are written on the Pod (see
+    ``hami_allocate``). ``rollback`` undoes the hook's side effects when the Allocate call fails after the
+    hook returned.
+    """
 
     env: Mapping[str, str] = field(default_factory=dict)
     mounts: tuple[Mount, ...] = ()
     devices: tuple[DeviceSpec, ...] = ()
     annotations: Mapping[str, str] = field(default_factory=dict)
+    pod_annotations: Mapping[str, str] = field(default_factory=dict)
+    rollback: Callable[[], None] | None = field(default=None, compare=False, repr=False)
 
 
 class HealthWatch(Protocol):

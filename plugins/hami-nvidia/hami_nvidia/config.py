@@ -69,3 +69,63 @@ def parse_config(section: Any) -> NvidiaConfig:
         return NvidiaConfig.model_validate(section)
     except ValidationError as exc:
         raise pydantic_error("nvidia", exc) from None
+
+
+# ------------------------------------------------------------------------------------------ node config
+#: The per-node override file (spec node.md §2.2 b): the device plugin's ConfigMap, ``config.json``.
+NODE_CONFIG_ENV = "HAMI_NVIDIA_NODE_CONFIG"
+DEFAULT_NODE_CONFIG = "/config/config.json"
+OPERATING_MODES = ("hami-core", "mig", "mps")
+
+
+def operating_mode(node_name: str, path: str | None = None) -> str:
+    """This node's ``operatingmode`` from ``{"nodeconfig":[{"name":..., "operatingmode":...}, ...]}``.
+
+    ``path`` defaults to ``$HAMI_NVIDIA_NODE_CONFIG`` or ``/config/config.json``. A missing file, no entry for
+    the node or no ``operatingmode`` gives ``hami-core`` (HAMi writes an empty mode when the file cannot be
+    read, which every reader treats as hami-core). An unreadable file or a bad value raises
+    :class:`ConfigError` naming the file and the field. Only ``operatingmode`` is applied here; the other
+    per-node overrides are not built.
+    """
+    import json
+    import os
+    from pathlib import Path
+
+    path = path or os.environ.get(NODE_CONFIG_ENV) or DEFAULT_NODE_CONFIG
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return "hami-core"
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the node config: {exc}") from None
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(f"{path}: not JSON: {exc}") from None
+    entries = data.get("nodeconfig") if isinstance(data, dict) else None
+    if entries is None:
+        return "hami-core"
+    if not isinstance(entries, list):
+        raise ConfigError(f"{path}: nodeconfig must be a list")
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{path}: nodeconfig[{i}] must be an object")
+        if entry.get("name") != node_name:
+            continue
+        mode = entry.get("operatingmode")
+        if mode is None or mode == "":
+            return "hami-core"
+        if mode not in OPERATING_MODES:
+            raise ConfigError(f"{path}: nodeconfig[{i}].operatingmode must be one of "
+                              f"{', '.join(OPERATING_MODES)}, got {mode!r}")
+        return str(mode)
+    return "hami-core"
+
+
+def allowlisted_profiles(cfg: NvidiaConfig, model: str) -> list[str] | None:
+    """The MIG profiles allowed on a GPU named ``model``: the first allowlist entry with a matching
+    ``models`` substring (spec §2.12 b), or ``None`` when no entry matches."""
+    for entry in cfg.mig_profile_allowlist:
+        if any(sub and sub in model for sub in entry.models):
+            return list(entry.profiles)
+    return None

@@ -40,6 +40,19 @@ SYS_PCI = "/sys/bus/pci/devices"
 
 
 @dataclass(frozen=True, slots=True)
+class GiProfile:
+    """One GPU-instance profile a GPU supports (NVML ``GetGpuInstanceProfileInfo`` and its placements)."""
+
+    nvml_index: int  # the NVML_GPU_INSTANCE_PROFILE_* value asked for
+    profile_id: int
+    slice_count: int
+    instance_count: int
+    multiprocessor_count: int
+    memory_mb: int
+    placements: tuple[tuple[int, int], ...] = ()  # (start, size)
+
+
+@dataclass(frozen=True, slots=True)
 class Gpu:
     """One physical GPU as discovered."""
 
@@ -50,6 +63,14 @@ class Gpu:
     numa: int = 0
     minor: int = -1
     mig_enabled: bool = False
+    #: Only filled when discovery was asked for MIG profiles (dynamic MIG mode).
+    mig_profiles: tuple[GiProfile, ...] = ()
+
+    @classmethod
+    def from_json(cls, item: dict[str, Any]) -> Gpu:
+        profiles = tuple(GiProfile(**{**p, "placements": tuple(tuple(x) for x in p.get("placements", ()))})
+                         for p in item.get("mig_profiles") or ())
+        return cls(**{**item, "mig_profiles": profiles})
 
 
 def model_name(name: str) -> str:
@@ -98,11 +119,41 @@ def numa_node(bus_id: str, sys_pci: str = SYS_PCI) -> int:
     return 0
 
 
-def probe_nvml(nvml: Any, *, pre_configured_memory_mib: int = 0, sys_pci: str = SYS_PCI) -> list[Gpu]:
+def gi_profiles(nvml: Any, handle: Any) -> tuple[GiProfile, ...]:
+    """Every GPU-instance profile the GPU supports, with its possible placements (empty for a non-MIG GPU)."""
+    import ctypes
+
+    error = getattr(nvml, "NVMLError", Exception)
+    out = []
+    for index in range(int(getattr(nvml, "NVML_GPU_INSTANCE_PROFILE_COUNT", 10))):
+        try:
+            info = nvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, index)
+        except error:
+            continue  # NOT_SUPPORTED: this GPU has no such profile (or no MIG at all)
+        placements: tuple[tuple[int, int], ...] = ()
+        try:
+            # NVML's two-call protocol: a NULL array asks for the count, then the array is filled.
+            count = ctypes.c_uint(0)
+            nvml.nvmlDeviceGetGpuInstancePossiblePlacements(handle, info.id, None, ctypes.byref(count))
+            array = (nvml.c_nvmlGpuInstancePlacement_t * count.value)()
+            nvml.nvmlDeviceGetGpuInstancePossiblePlacements(handle, info.id, array, ctypes.byref(count))
+            placements = tuple((int(array[k].start), int(array[k].size)) for k in range(count.value))
+        except error as exc:
+            log.warning("GPU-instance profile %d: placements unavailable: %s", index, exc)
+        out.append(GiProfile(nvml_index=index, profile_id=int(info.id), slice_count=int(info.sliceCount),
+                             instance_count=int(info.instanceCount),
+                             multiprocessor_count=int(info.multiprocessorCount),
+                             memory_mb=int(info.memorySizeMB), placements=placements))
+    return tuple(out)
+
+
+def probe_nvml(nvml: Any, *, pre_configured_memory_mib: int = 0, sys_pci: str = SYS_PCI,
+               mig_profiles: bool = False) -> list[Gpu]:
     """Enumerate GPUs through a ``pynvml``-like module. Per-device attribute errors degrade, not fail.
 
     ``GetMemoryInfo`` NOT_SUPPORTED (unified-memory GPUs, newer 570+ drivers) falls back to
     ``pre_configured_memory_mib``; a failing MIG-mode, minor-number or PCI query leaves the default.
+    ``mig_profiles`` also reads each GPU's GPU-instance profiles (dynamic MIG registration).
     """
     error = getattr(nvml, "NVMLError", Exception)
     nvml.nvmlInit()
@@ -134,15 +185,18 @@ def probe_nvml(nvml: Any, *, pre_configured_memory_mib: int = 0, sys_pci: str = 
             except (error, TypeError, IndexError):
                 mig = False
             gpus.append(Gpu(uuid=uuid, index=index, model=model_name(_text(nvml.nvmlDeviceGetName(handle))),
-                            memory_mib=memory, numa=numa, minor=minor, mig_enabled=mig))
+                            memory_mib=memory, numa=numa, minor=minor, mig_enabled=mig,
+                            mig_profiles=gi_profiles(nvml, handle) if mig_profiles else ()))
         return gpus
     finally:
         with contextlib.suppress(error):
             nvml.nvmlShutdown()
 
 
-def _probe_subprocess(timeout_s: float, pre_configured_memory_mib: int) -> list[Gpu]:
+def _probe_subprocess(timeout_s: float, pre_configured_memory_mib: int, mig_profiles: bool = False) -> list[Gpu]:
     cmd = [sys.executable, "-m", "hami_nvidia.detect", "--json", f"--pre-configured-memory={pre_configured_memory_mib}"]
+    if mig_profiles:
+        cmd.append("--mig-profiles")
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired:
@@ -155,7 +209,7 @@ def _probe_subprocess(timeout_s: float, pre_configured_memory_mib: int) -> list[
         log.warning("NVML probe failed (exit %d): %s", proc.returncode, proc.stderr.strip()[-500:])
         return []
     try:
-        return [Gpu(**item) for item in json.loads(proc.stdout)]
+        return [Gpu.from_json(item) for item in json.loads(proc.stdout)]
     except (ValueError, TypeError) as exc:
         log.error("NVML probe answered garbage: %s", exc)
         return []
@@ -165,14 +219,15 @@ _cache: dict[tuple[Any, ...], list[Gpu]] = {}
 
 
 def discover(*, devices_file: str | None = None, timeout_s: float = PROBE_TIMEOUT_S,
-             pre_configured_memory_mib: int = 0, refresh: bool = False) -> list[Gpu]:
-    """The node's GPUs: ``devices_file``, else ``$HAMI_OVERRIDE_NVIDIA_DEVICES_FILE``, else the NVML probe."""
+             pre_configured_memory_mib: int = 0, refresh: bool = False, mig_profiles: bool = False) -> list[Gpu]:
+    """The node's GPUs: ``devices_file``, else ``$HAMI_OVERRIDE_NVIDIA_DEVICES_FILE``, else the NVML probe
+    (with each GPU's GPU-instance profiles when ``mig_profiles``; a devices file has none)."""
     path = devices_file or os.environ.get(OVERRIDE_ENV)
     if path:
         return load_devices_file(path)
-    key = (timeout_s, pre_configured_memory_mib)
+    key = (timeout_s, pre_configured_memory_mib, mig_profiles)
     if refresh or key not in _cache:
-        _cache[key] = _probe_subprocess(timeout_s, pre_configured_memory_mib)
+        _cache[key] = _probe_subprocess(timeout_s, pre_configured_memory_mib, mig_profiles)
     return list(_cache[key])
 
 
@@ -187,7 +242,7 @@ def _main(argv: list[str]) -> int:
         print("pynvml (nvidia-ml-py) is not installed", file=sys.stderr)
         return 3
     try:
-        gpus = probe_nvml(pynvml, pre_configured_memory_mib=pre)
+        gpus = probe_nvml(pynvml, pre_configured_memory_mib=pre, mig_profiles="--mig-profiles" in argv)
     except Exception as exc:  # the child reports and exits; the parent decides
         print(f"NVML error: {exc}", file=sys.stderr)
         return 4

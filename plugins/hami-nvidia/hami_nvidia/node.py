@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hami_core.plugins.types import ContainerAllocation, ContainerDevice, DeviceInfo, Mount
+from hami_core.plugins.types import ContainerAllocation, ContainerDevice, DeviceInfo, MigProfile, Mount, Placement
 from hami_core.wire.common import parse_go_bool
 from hami_nvidia.config import NvidiaConfig
 from hami_nvidia.detect import OVERRIDE_ENV, Gpu
@@ -44,15 +44,18 @@ def hook_path() -> str:
     return os.environ.get("HOOK_PATH") or DEFAULT_HOOK_PATH
 
 
-def device_infos(cfg: NvidiaConfig, gpus: Iterable[Gpu]) -> list[DeviceInfo]:
-    """Register/advertise view of discovered GPUs: count = split count, scaled memory, cores = 100 x scaling."""
+def device_infos(cfg: NvidiaConfig, gpus: Iterable[Gpu], *, mode: str = MODE) -> list[DeviceInfo]:
+    """Register/advertise view of discovered GPUs: count = split count, scaled memory, cores = 100 x scaling.
+
+    ``mode`` is the node's ``operatingmode`` (``hami-core`` or ``mps``); mig mode is :func:`mig_device_infos`.
+    """
     out = []
     for g in gpus:
         mem = g.memory_mib
         if cfg.device_memory_scaling != 1:
             mem = int(mem * cfg.device_memory_scaling)
         out.append(DeviceInfo(id=g.uuid, index=g.index, count=cfg.device_split_count, devmem=mem,
-                              devcore=int(cfg.device_core_scaling * 100), type=g.model, numa=g.numa, mode=MODE,
+                              devcore=int(cfg.device_core_scaling * 100), type=g.model, numa=g.numa, mode=mode,
                               health=True, vendor="nvidia"))
     return out
 
@@ -307,3 +310,164 @@ def watch_health(devices: Sequence[DeviceInfo], on_health: Callable[[str, bool],
     watcher.start()
     log.info("XID health checks on %d GPUs (ignored XIDs: %s)", len(uuids), ",".join(map(str, sorted(ignored))))
     return watcher
+
+
+# ------------------------------------------------------------------------------------------ dynamic MIG
+def mig_device_infos(cfg: NvidiaConfig, gpus: Iterable[Gpu]) -> list[DeviceInfo]:
+    """Registration in ``operatingmode: mig`` (spec §2.5, §2.12 b): per GPU the allowlisted profiles of its model.
+
+    Each profile records NVML's ``memorySizeMB``, ``sliceCount`` and possible placements, and ``core`` =
+    ceil(SMs x 100 / the most SMs of any GPU-instance profile of the GPU). ``count`` = the largest
+    ``instanceCount`` of those profiles, ``devmem`` = the GPU's memory (never scaled), ``devcore`` = 100,
+    ``mode`` = ``mig``. A GPU with no allowlisted profile it supports is left out.
+    """
+    from hami_nvidia.config import allowlisted_profiles
+    from hami_nvidia.migmgr import MigError, profile_slices
+
+    out = []
+    for g in gpus:
+        names = allowlisted_profiles(cfg, g.model)
+        if names is None:
+            log.warning("GPU %s (%s): no migProfileAllowlist entry matches; not registered", g.uuid, g.model)
+            continue
+        by_slices = {p.nvml_index: p for p in g.mig_profiles}
+        max_sm = max((p.multiprocessor_count for p in g.mig_profiles), default=0)
+        profiles, instances = [], []
+        for name in names:
+            try:
+                slices = profile_slices(name)
+            except MigError as exc:
+                log.warning("GPU %s: %s; skipped", g.uuid, exc)
+                continue
+            info = by_slices.get(_NVML_SLICE_INDEX[slices])
+            if info is None or max_sm <= 0:
+                log.warning("GPU %s (%s): no %d-slice GPU-instance profile for %s; skipped", g.uuid, g.model,
+                            slices, name)
+                continue
+            profiles.append(MigProfile(name=name, memory_mb=info.memory_mb,
+                                       core=-(-info.multiprocessor_count * 100 // max_sm),
+                                       slice_count=info.slice_count,
+                                       placements=tuple(Placement(start=s, size=n) for s, n in info.placements)))
+            instances.append(info.instance_count)
+        if not profiles:
+            log.warning("GPU %s (%s): no usable MIG profile; not registered", g.uuid, g.model)
+            continue
+        out.append(DeviceInfo(id=g.uuid, index=g.index, count=max(instances), devmem=g.memory_mib, devcore=100,
+                              type=g.model, numa=g.numa, mode="mig", health=True, mig_profiles=tuple(profiles),
+                              vendor="nvidia"))
+    return out
+
+
+#: NVML_GPU_INSTANCE_PROFILE_<N>_SLICE values (stable in NVML's ABI), by slice count.
+_NVML_SLICE_INDEX = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4, 8: 5, 6: 6}
+
+
+class MigAllocateError(Exception):
+    """Allocate in mig mode cannot serve a container; the message names the annotation and the entry."""
+
+
+def mig_allocation(manager: Any, pod: Mapping[str, Any], container_index: int,
+                   devices: Sequence[ContainerDevice]) -> ContainerAllocation:
+    """Allocate in ``operatingmode: mig`` (spec §2.12 b steps 1-7) for one container.
+
+    The container's ``hami.io/vgpu-mig-allocations`` entries (by ``containerIndex``, init containers first,
+    sorted by ``deviceIndex``) must match the popped devices one to one by GPU UUID. Unreferenced instances
+    are reconciled away, then each entry's exact profile and placement is ensured (reused when tracked). The
+    answer is ``NVIDIA_VISIBLE_DEVICES`` = the MIG UUIDs and nothing else; the annotation with the runtime ids
+    filled in is returned as a pod annotation, and ``rollback`` destroys the instances made by this call.
+    """
+    from dataclasses import replace
+
+    from hami_core.plugins.errors import WireFormatError
+    from hami_core.wire import keys
+    from hami_core.wire.mig import encode_mig_allocations
+    from hami_nvidia.migmgr import InstanceKey, MigError, pod_allocations, profile_slices
+
+    key = keys.VGPU_MIG_ALLOCATIONS
+    meta = pod.get("metadata") or {}
+    if not (meta.get("annotations") or {}).get(key):
+        raise MigAllocateError(f"annotation {key} is missing: the node is in dynamic MIG mode, so the scheduler "
+                               "must choose a MIG profile and placement for every device")
+    try:
+        entries = pod_allocations(pod)
+    except WireFormatError as exc:
+        raise MigAllocateError(str(exc)) from None
+    mine = sorted((a for a in entries if a.container_index == container_index), key=lambda a: a.device_index)
+    where = f"annotation {key}, containerIndex {container_index}"
+    if len(mine) != len(devices):
+        raise MigAllocateError(f"{where}: {len(mine)} MIG entries for {len(devices)} allocated devices")
+    for a, d in zip(mine, devices, strict=True):
+        if a.gpu_uuid != d.uuid:
+            raise MigAllocateError(f"{where}, deviceIndex {a.device_index}: gpuUUID {a.gpu_uuid} is not the "
+                                   f"allocated GPU {d.uuid}")
+        try:
+            profile_slices(a.profile)
+        except MigError as exc:
+            raise MigAllocateError(f"{where}, deviceIndex {a.device_index}: profile: {exc}") from None
+    _refuse_double_use(manager, pod, mine, where)
+    manager.reconcile()
+    created: list[Any] = []
+    realised = {}
+    try:
+        for a in mine:
+            inst, new = manager.ensure(InstanceKey.of(a))
+            if new:
+                created.append(inst)
+            realised[(a.container_index, a.device_index)] = replace(
+                a, mig_uuid=inst.mig_uuid, gpu_instance_id=inst.gpu_instance_id,
+                compute_instance_id=inst.compute_instance_id)
+    except Exception as exc:
+        _destroy_all(manager, created)
+        raise MigAllocateError(f"{where}: {exc}") from None
+    updated = [realised.get((a.container_index, a.device_index), a) for a in entries]
+    uuids = [realised[(a.container_index, a.device_index)].mig_uuid for a in mine]
+    log.info("container %d: MIG devices %s (%d created)", container_index, ",".join(map(str, uuids)), len(created))
+    return ContainerAllocation(env={"NVIDIA_VISIBLE_DEVICES": ",".join(dict.fromkeys(map(str, uuids)))},
+                               pod_annotations={key: encode_mig_allocations(updated)},
+                               rollback=lambda: _destroy_all(manager, created))
+
+
+def _refuse_double_use(manager: Any, pod: Mapping[str, Any], mine: Sequence[Any], where: str) -> None:
+    """Refuse an instance another live pod already realised: a tracked instance is reused by key, so a
+    scheduler mistake would otherwise hand one MIG device to two pods. Skipped (logged) when the pods
+    cannot be listed: the scheduler's booking is then the only guard, as in HAMi."""
+    from hami_nvidia.migmgr import InstanceKey, live_pods, pod_allocations
+
+    uid = (pod.get("metadata") or {}).get("uid")
+    wanted = {InstanceKey.of(a): a for a in mine}
+    try:
+        others = [p for p in live_pods(manager.list_pods()) if (p.get("metadata") or {}).get("uid") != uid]
+    except Exception as exc:
+        log.warning("cannot list the node's pods to check MIG double use: %s", exc)
+        return
+    for other in others:
+        try:
+            taken = [a for a in pod_allocations(other) if a.realized and InstanceKey.of(a) in wanted]
+        except Exception:
+            continue  # another pod's bad annotation is its own problem (and stops reconcile, fail-closed)
+        if taken:
+            meta = other.get("metadata") or {}
+            a = wanted[InstanceKey.of(taken[0])]
+            raise MigAllocateError(f"{where}, deviceIndex {a.device_index}: {InstanceKey.of(a)} is already in use "
+                                   f"by pod {meta.get('namespace') or 'default'}/{meta.get('name')}")
+
+
+def _destroy_all(manager: Any, instances: Sequence[Any]) -> None:
+    """Roll back: destroy ``instances`` newest first; a failure is logged and the rest still go."""
+    for inst in reversed(instances):
+        try:
+            manager.destroy(inst)
+            log.info("rolled back MIG instance %s", inst.key)
+        except Exception as exc:
+            log.error("rolling back MIG instance %s failed: %s", inst.key, exc)
+
+
+class MigWatch:
+    """The node-side watch in mig mode: the XID watcher (if any) and the MIG reconciler, stopped together."""
+
+    def __init__(self, *parts: Any) -> None:
+        self.parts = [p for p in parts if p is not None]
+
+    def stop(self) -> None:
+        for part in self.parts:
+            part.stop()

@@ -69,31 +69,103 @@ def hami_filter_nodes(backend: DeviceBackend, pod: Mapping[str, Any], request: D
 # ------------------------------------------------------------------------------------------ node side
 from hami_core.plugins.types import ContainerAllocation, ContainerDevice, HealthWatch  # noqa: E402  (node side only)
 
+#: Keys of what the node side keeps in the device plugin's NodeContext.state (hami_core.node.context).
+_MODE, _GPUS, _MIG = "nvidia.operatingmode", "nvidia.gpus", "nvidia.mig"
+
+
+def _node_context() -> Any:
+    from hami_core.node.context import current
+
+    return current()
+
+
+def _operating_mode(ctx: Any) -> str:
+    """This node's ``operatingmode`` (per-node config.json), read once per device plugin."""
+    import os
+
+    from hami_nvidia.config import operating_mode
+
+    if ctx is not None and _MODE in ctx.state:
+        return str(ctx.state[_MODE])
+    mode = operating_mode(ctx.node_name if ctx is not None else os.environ.get("NODE_NAME", ""))
+    if ctx is not None:
+        ctx.state[_MODE] = mode
+    return mode
+
+
+def _mig_manager(backend: DeviceBackend, ctx: Any) -> Any:
+    """The device plugin's one MIG manager (created on first use; needs the node context for the pod list)."""
+    if ctx is None:
+        raise RuntimeError("dynamic MIG needs the device plugin's node context (no pod list outside it)")
+    if _MIG not in ctx.state:
+        import pynvml
+
+        from hami_nvidia.config import allowlisted_profiles
+        from hami_nvidia.migmgr import MigManager
+
+        cfg = backend.config
+        discovered = ctx.state.get(_GPUS, [])
+        ctx.state[_MIG] = MigManager(pynvml, [(g.uuid, g.model) for g in discovered if g.mig_profiles],
+                                     ctx.list_pods,
+                                     allowlisted=lambda model: allowlisted_profiles(cfg, model) is not None,
+                                     other_models=[g.model for g in discovered if not g.mig_profiles])
+    return ctx.state[_MIG]
+
 
 @hookimpl
 def hami_discover_devices(backend: DeviceBackend) -> list[DeviceInfo] | None:
+    """hami-core/mps: every GPU with deviceSplitCount replicas; mig (per-node config.json): the GPUs with
+    allowlisted MIG profiles, each registered with its profiles (spec node.md §2.5, §2.12 b)."""
     if not _mine(backend):
         return None
     from hami_core.plugins.errors import ConfigError
     from hami_nvidia import detect
     from hami_nvidia import node as nv_node
 
+    ctx = _node_context()
+    mode = _operating_mode(ctx)
     try:
-        gpus = detect.discover(pre_configured_memory_mib=backend.config.pre_configured_device_memory)
+        gpus = detect.discover(pre_configured_memory_mib=backend.config.pre_configured_device_memory,
+                               mig_profiles=mode == "mig")
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    return nv_node.device_infos(backend.config, gpus)
+    if ctx is not None:
+        ctx.state[_GPUS] = gpus
+    if mode == "mig":
+        import logging
+
+        infos = nv_node.mig_device_infos(backend.config, gpus)
+        logging.getLogger("hami.nvidia.mig").info("operatingmode mig: %d of %d GPUs registered with MIG profiles",
+                                                  len(infos), len(gpus))
+        return infos
+    return nv_node.device_infos(backend.config, gpus, mode=mode)
 
 
 @hookimpl
 def hami_watch_health(backend: DeviceBackend, devices: Sequence[DeviceInfo],
                       on_health: Callable[[str, bool], None]) -> HealthWatch | None:
-    """NVML XID events (spec node.md §2.11); none with DP_DISABLE_HEALTHCHECKS=all/xids or fake GPUs."""
+    """NVML XID events (spec node.md §2.11); none with DP_DISABLE_HEALTHCHECKS=all/xids or fake GPUs.
+
+    In ``operatingmode: mig`` the watch also runs the MIG startup pass and reconciles every 5 s (§2.12 b);
+    its ``stop()`` ends both threads.
+    """
     if not _mine(backend):
         return None
     from hami_nvidia import node as nv_node
 
-    return nv_node.watch_health(devices, on_health)
+    ctx = _node_context()
+    xid = nv_node.watch_health(devices, on_health)
+    if _operating_mode(ctx) != "mig":
+        return xid
+    from hami_nvidia.migmgr import Reconciler
+
+    try:
+        reconciler = Reconciler(_mig_manager(backend, ctx)).start()
+    except Exception:
+        if xid is not None:
+            xid.stop()
+        raise
+    return nv_node.MigWatch(xid, reconciler)
 
 
 @hookimpl
@@ -103,4 +175,7 @@ def hami_allocate(backend: DeviceBackend, pod: Mapping[str, Any], container_inde
         return None
     from hami_nvidia import node as nv_node
 
+    ctx = _node_context()
+    if _operating_mode(ctx) == "mig":
+        return nv_node.mig_allocation(_mig_manager(backend, ctx), pod, container_index, devices)
     return nv_node.allocation(backend.config, pod, container_index, devices)
