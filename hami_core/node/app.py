@@ -10,10 +10,10 @@ from typing import Any
 
 from hami_core.cluster.base import Cluster
 from hami_core.node.allocate import Allocator
-from hami_core.node.context import NodeContext, bound
 from hami_core.node.register import RegistrationWriter
 from hami_core.node.server import KUBELET_SOCKET, DevicePluginServer, KubeletWatcher, socket_name
 from hami_core.plugins.errors import HamiError
+from hami_core.plugins.node_context import NodeContext, bound
 from hami_core.plugins.types import ContainerAllocation, ContainerDevice, DeviceBackend, HealthWatch
 from hami_core.wire import keys
 
@@ -32,7 +32,7 @@ class DevicePluginApp:
         self.node_name = node_name
         plugin_dir = Path(plugin_dir)
         self.kubelet_socket = Path(kubelet_socket) if kubelet_socket else plugin_dir / KUBELET_SOCKET
-        #: Bound around every node-side hook call (see :mod:`hami_core.node.context`).
+        #: Bound around every node-side hook call (see :mod:`hami_core.plugins.node_context`).
         self.context = NodeContext(node_name, lambda: cluster.pods_on_node(node_name))
         with bound(self.context):
             devices = pm.hook.hami_discover_devices(backend=backend)

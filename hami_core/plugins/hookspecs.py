@@ -395,7 +395,7 @@ def hami_allocate(
     (NVIDIA dynamic MIG creates GPU instances) returns ``ContainerAllocation.rollback``: the device plugin
     calls it, newest first, when the call fails after the hook returned (a later container's hook raised,
     the patch failed). A hook that fails raises an exception whose message names the pod and the field; it
-    undoes its own partial work first. While the hook runs, :func:`hami_core.node.context.current` gives the
+    undoes its own partial work first. While the hook runs, :func:`hami_core.plugins.node_context.current` gives the
     node name, a reader of the node's pods and a per-plugin state bag.
 
     :returns: :class:`ContainerAllocation`.

@@ -69,12 +69,12 @@ def hami_filter_nodes(backend: DeviceBackend, pod: Mapping[str, Any], request: D
 # ------------------------------------------------------------------------------------------ node side
 from hami_core.plugins.types import ContainerAllocation, ContainerDevice, HealthWatch  # noqa: E402  (node side only)
 
-#: Keys of what the node side keeps in the device plugin's NodeContext.state (hami_core.node.context).
+#: Keys of what the node side keeps in the device plugin's NodeContext.state (hami_core.plugins.node_context).
 _MODE, _GPUS, _MIG = "nvidia.operatingmode", "nvidia.gpus", "nvidia.mig"
 
 
 def _node_context() -> Any:
-    from hami_core.node.context import current
+    from hami_core.plugins.node_context import current
 
     return current()
 
