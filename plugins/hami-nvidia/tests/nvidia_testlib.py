@@ -1,35 +1,37 @@
-"""Builders for the hami-nvidia tests: Kubernetes Node/Pod JSON, engines with a fake clock, fit inputs.
+"""Builders for the hami-nvidia tests: the NVIDIA defaults over :mod:`hami_core.testing`'s builders.
 
-Units follow HAMi: memory in MiB, cores in percent of one card.
+Units follow HAMi: memory in MiB, cores in percent of one card. The vendor-neutral pieces come from the kit.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
+from functools import partial
 from typing import Any
 
 import hami_nvidia.plugin
+from hami_core import testing as kit
 from hami_core.engine.facade import Engine
-from hami_core.plugins.manager import get_plugin_manager
 from hami_core.plugins.types import (
     MEM_PERCENTAGE_UNSET,
     DeviceBackend,
-    DeviceInfo,
     DeviceRequest,
     DeviceUsage,
-    FitCandidate,
     FitResult,
     GpuPolicy,
+    ResourceNames,
 )
+from hami_core.testing import T0 as T0
+from hami_core.testing import Clock as Clock
+from hami_core.testing import FakeNode as FakeNode
+from hami_core.testing import chosen as chosen
+from hami_core.testing import gpu_policy as gpu_policy
+from hami_core.testing import local_time as local_time
+from hami_core.testing import requesting as requesting
 from hami_core.wire import keys
 from hami_nvidia import backend as nv
 from hami_nvidia.config import parse_config
-
-#: The fake clock's start (Unix seconds).
-T0 = 1_750_000_000.0
 
 GPU = keys.NVIDIA_RESOURCE_COUNT
 GPUMEM = keys.NVIDIA_RESOURCE_MEMORY
@@ -45,40 +47,17 @@ TO_ALLOCATE = keys.VGPU_DEVICES_TO_ALLOCATE
 VGPU_NODE = keys.VGPU_NODE
 GPU_POLICY = keys.GPU_SCHEDULER_POLICY
 NODE_POLICY = keys.NODE_SCHEDULER_POLICY
-
-
-class Clock:
-    """A settable clock for :class:`Engine` (``clock.now += 60``)."""
-
-    def __init__(self, now: float = T0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def local_time(t: float) -> str:
-    """``t`` as HAMi's handshake time: local ``YYYY-MM-DD HH:MM:SS``."""
-    return datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S")
-
-
-def requesting(t: float) -> str:
-    """The scheduler's handshake mark written at ``t``."""
-    return "Requesting_" + local_time(t)
+GPU_RESOURCES = ResourceNames(GPU, GPUMEM, GPUMEM_PCT, GPUCORES)
 
 
 # --------------------------------------------------------------------------------------------- engine
-def plugin_manager() -> Any:
-    return get_plugin_manager(load_entrypoints=False, plugins=[hami_nvidia.plugin])
+plugin_manager = partial(kit.plugin_manager, hami_nvidia.plugin)
 
 
 def make_engine(nvidia: Mapping[str, Any] | None = None, *, scheduler: Mapping[str, Any] | None = None,
                 clock: Any = None) -> Engine:
     """An engine with only the built-in plugins and hami-nvidia, at a fake time."""
-    config: dict[str, Any] = {"nvidia": dict(nvidia or {})}
-    if scheduler is not None:
-        config["scheduler"] = dict(scheduler)
-    return Engine(config, plugins=plugin_manager(), clock=clock if clock is not None else Clock())
+    return kit.engine_with(hami_nvidia.plugin, config={"nvidia": dict(nvidia or {})}, scheduler=scheduler, clock=clock)
 
 
 def make_backend(**nvidia: Any) -> DeviceBackend:
@@ -87,55 +66,24 @@ def make_backend(**nvidia: Any) -> DeviceBackend:
 
 
 # --------------------------------------------------------------------------------------------- pods
-def container(name: str = "c", *, limits: Mapping[str, Any] | None = None,
-              requests: Mapping[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
-    ctr: dict[str, Any] = {"name": name, "image": "busybox"}
-    resources: dict[str, Any] = {}
-    if limits is not None:
-        resources["limits"] = dict(limits)
-    if requests is not None:
-        resources["requests"] = dict(requests)
-    if resources:
-        ctr["resources"] = resources
-    ctr.update(extra)
-    return ctr
+container = partial(kit.container, as_strings=False)
 
 
 def gpu_container(name: str = "c", gpus: int | str = 1, mem: int | str | None = None,
                   cores: int | str | None = None, pct: int | str | None = None) -> dict[str, Any]:
     """A container with NVIDIA limits (values as strings, as in Kubernetes JSON)."""
-    limits = {GPU: str(gpus)}
-    if mem is not None:
-        limits[GPUMEM] = str(mem)
-    if cores is not None:
-        limits[GPUCORES] = str(cores)
-    if pct is not None:
-        limits[GPUMEM_PCT] = str(pct)
-    return container(name, limits=limits)
+    return kit.device_container(GPU_RESOURCES, gpus, mem, cores, pct=pct, name=name)
 
 
-def make_pod(*containers: Mapping[str, Any], init: Sequence[Mapping[str, Any]] = (), name: str = "p",
-             namespace: str = "default", uid: str | None = None, annotations: Mapping[str, str] | None = None,
-             **spec: Any) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": uid or f"uid-{name}"}
-    if annotations:
-        meta["annotations"] = dict(annotations)
-    body: dict[str, Any] = {"containers": [dict(c) for c in containers]}
-    if init:
-        body["initContainers"] = [dict(c) for c in init]
-    body.update(spec)
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": body}
+def make_pod(*containers: Mapping[str, Any], name: str = "p", uid: str | None = None, **kwargs: Any) -> dict[str, Any]:
+    return kit.pod(*containers, name=name, uid=uid or f"uid-{name}", **kwargs)
 
 
 def running_pod(name: str, node: str, allocated: str, *, containers: int = 1, init: int = 0,
                 uid: str | None = None) -> dict[str, Any]:
     """A pod the scheduler placed earlier: ``hami.io/vgpu-node`` plus the allocated annotation."""
-    pod = make_pod(*(container(f"c{i}") for i in range(containers)),
-                   init=[container(f"i{i}") for i in range(init)], name=name, uid=uid,
-                   annotations={VGPU_NODE: node, ALLOCATED: allocated, TO_ALLOCATE: allocated},
-                   nodeName=node)
-    pod["status"] = {"phase": "Running"}
-    return pod
+    return kit.running_pod(name, node, {ALLOCATED: allocated, TO_ALLOCATE: allocated}, uid=uid or f"uid-{name}",
+                           containers=containers, init=init)
 
 
 # --------------------------------------------------------------------------------------------- nodes
@@ -174,35 +122,12 @@ def make_node(name: str, devices: Sequence[Mapping[str, Any]] | None = (), *,
 
 
 # --------------------------------------------------------------------------------------------- fit
-@dataclass
-class FakeNode:
-    """The part of a node that ``filter_nodes`` reads (a NodeView)."""
-
-    name: str = "node"
-    annotations: Mapping[str, str] = field(default_factory=dict)
-    labels: Mapping[str, str] = field(default_factory=dict)
-    allocatable: Mapping[str, str] = field(default_factory=dict)
-    devices: Mapping[str, Sequence[DeviceUsage]] = field(default_factory=dict)
-
-
-def usage(id: str, *, index: int = 0, count: int = 100, totalmem: int = 128, totalcore: int = 100,
-          used: int = 0, usedmem: int = 0, usedcores: int = 0, type: str = "NVIDIA", numa: int = 0,
-          mode: str = "hami-core", health: bool = True,
-          pair_scores: Mapping[str, int] | None = None) -> DeviceUsage:
-    """A device with its usage, as HAMi's ``DeviceUsage`` (defaults: the B.10 card, 128 MiB / 100 cores)."""
-    info = DeviceInfo(id=id, index=index, count=count, devmem=totalmem, devcore=totalcore, type=type, numa=numa,
-                      mode=mode, health=health, vendor=nv.COMMON_WORD, pair_scores=pair_scores)
-    return DeviceUsage(info, used=used, usedmem=usedmem, usedcores=usedcores)
+usage = partial(kit.usage, vendor=nv.COMMON_WORD, mode="hami-core")
 
 
 def request(nums: int = 1, memreq: int = 0, coresreq: int = 0, pct: int = MEM_PERCENTAGE_UNSET,
             type: str = nv.COMMON_WORD) -> DeviceRequest:
-    return DeviceRequest(type, nums, memreq, pct, coresreq)
-
-
-def gpu_policy(gpu: str = "spread", *, node: str = "binpack", numa_bind: bool = False) -> GpuPolicy:
-    return GpuPolicy(node=node, gpu=gpu, gpu_tokens=tuple(t.strip() for t in gpu.split(",") if t.strip()),
-                     numa_bind=numa_bind)
+    return kit.request(type, nums, memreq, coresreq, pct)
 
 
 _DEFAULT_BACKEND: list[DeviceBackend] = []
@@ -217,18 +142,6 @@ def default_backend() -> DeviceBackend:
 def fit(devices: Sequence[DeviceUsage], req: DeviceRequest, *, pod_annotations: Mapping[str, str] | None = None,
         node_annotations: Mapping[str, str] | None = None, policy: GpuPolicy | None = None,
         backend: DeviceBackend | None = None) -> FitResult:
-    """``hami_nvidia.backend.filter_nodes`` on one node whose devices are given in HAMi's sorted order.
-
-    Fit walks the list from the last device to the first, like HAMi.
-    """
-    pod = make_pod(container(), annotations=pod_annotations)
-    cand = FitCandidate(FakeNode(annotations=dict(node_annotations or {})), list(devices), {})
-    results = nv.filter_nodes(backend or default_backend(), pod, req, [cand], policy or gpu_policy())
-    assert len(results) == 1
-    return results[0]
-
-
-def chosen(result: FitResult) -> list[str]:
-    """UUIDs of the devices a successful fit chose, in order."""
-    assert result.ok, result.reason
-    return [d.uuid for d in result.devices]
+    """``hami_nvidia.backend.filter_nodes`` on one node whose devices are given in HAMi's sorted order."""
+    return kit.fit_one(nv.filter_nodes, backend or default_backend(), devices, req, pod_annotations=pod_annotations,
+                       node_annotations=node_annotations, policy=policy)
