@@ -98,8 +98,8 @@ def standard_fit(
         counts[reason] = counts.get(reason, 0) + 1
 
     # a plain range unless a device may be chosen twice: other requests pay nothing for the revisit
-    again = [False]
-    for i in range(total - 1, -1, -1) if revisit is None else _walk(total, again):
+    again = [False] if revisit is not None else None
+    for i in range(total - 1, -1, -1) if again is None else _walk(total, again):
         dev = devices[i]
         if not dev.health:
             fail(Reason.CardNotHealth)
@@ -151,7 +151,7 @@ def standard_fit(
             need -= 1
             if need == 0:
                 return FitResult.success(chosen)
-        if revisit is not None and revisit(dev):
+        if again is not None and revisit is not None and revisit(dev):
             again[0] = True
 
     if topology:

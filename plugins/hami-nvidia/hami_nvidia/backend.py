@@ -278,10 +278,7 @@ def _never(dev: DeviceUsage) -> bool:
 
 
 def _has_mig(cand: FitCandidate) -> bool:
-    """Whether the candidate offers a MIG-mode GPU (the engine's node state knows it without a scan)."""
-    mig = getattr(cand.node, "mig", None)
-    if mig is not None:
-        return COMMON_WORD in mig
+    """Whether the candidate offers a MIG-mode GPU, for a node view without the engine's summary (``mig``)."""
     return any(d.mode == MIG_MODE for d in cand.devices)
 
 
@@ -383,7 +380,8 @@ def filter_nodes(backend: DeviceBackend, pod: Mapping[str, Any], request: Device
     for cand in candidates:
         cordon_raw = cand.node.annotations.get(keys.DEVICE_CORDON)
         cordoned = frozenset(split_list(cordon_raw)) if cordon_raw else frozenset()
-        mig = _has_mig(cand)
+        summary = getattr(cand.node, "mig", None)  # the engine's node state: backends with a MIG-mode GPU
+        mig = (COMMON_WORD in summary) if summary is not None else _has_mig(cand)
         result = standard_fit(cand.devices, request, type_ok=type_ok, uuid_ok=uuid_ok, cordoned=cordoned,
                               numa_bind=policy.numa_bind, mutex=mutex, topology=topology,
                               quota=quota_predicate(quota, backend, cand) if quota is not None else None,
