@@ -274,9 +274,21 @@ def test_each_instance_shows_in_the_node_usage() -> None:
     assert set(gpu.mig_in_use) == {instance("2g.10gb", 0), instance("1g.5gb", 6)}
 
 
-def test_vgpu_node_annotation_alone_books_nothing_on_another_node() -> None:
+def test_the_metric_shows_each_realized_instance_once() -> None:
+    from hami_core.scheduler.metrics import EngineCollector
+
     engine = mig_engine()
-    pod = bound_pod("elsewhere", [("GPU-m", "1g.5gb", 6)], node="n2")
+    # an init and an app container on the same realized instance (init containers are fitted alone), plus an
+    # instance the device plugin has not realized yet
+    allocs = [allocation(0, 0, "GPU-m", "1g.5gb", 6, ("MIG-a", 13, 0)),
+              allocation(1, 0, "GPU-m", "1g.5gb", 6, ("MIG-a", 13, 0)),
+              allocation(1, 1, "GPU-m", "2g.10gb", 0)]
+    pod = make_pod(container("app"), init=[container("init")], name="p", nodeName="n1", annotations={
+        VGPU_NODE: "n1", ALLOCATED: "GPU-m,NVIDIA,5120,14:;GPU-m,NVIDIA,5120,14:GPU-m,NVIDIA,10240,28:;",
+        MIG_ALLOCATIONS: json.dumps(allocs)})
     engine.upsert_pod(pod)
-    assert in_use(engine) == []
-    assert pod["metadata"]["annotations"][VGPU_NODE] == "n2"
+    (family,) = [f for f in EngineCollector(engine).collect() if f.name == "hami_node_gpu_mig_instance_info"]
+    assert [(s.labels, s.value) for s in family.samples] == [(
+        {"node": "n1", "device_uuid": "GPU-m", "device_index": "0", "mig_uuid": "MIG-a", "profile": "1g.5gb",
+         "gpu_instance_id": "13", "compute_instance_id": "0", "placement_start": "6", "placement_size": "1",
+         "zone": "vGPU"}, 1)]
