@@ -13,8 +13,9 @@ import numpy as np
 
 from hami_core.engine.decision import Decision
 from hami_core.engine.fragmentation import fgd_device_order
-from hami_core.engine.inventory import NodeState
+from hami_core.engine.inventory import NodeState, mig_book, mig_conflict
 from hami_core.engine.ledger import Booking
+from hami_core.engine.pods import annotations as pod_annotations
 from hami_core.engine.policy import sort_devices
 from hami_core.engine.workload import Shape, Workload
 from hami_core.plugins.errors import PluginError
@@ -26,6 +27,7 @@ from hami_core.plugins.types import (
     FitCandidate,
     FitResult,
     GpuPolicy,
+    MigInstance,
     NodeBatch,
     NodeScore,
     QuotaView,
@@ -33,6 +35,7 @@ from hami_core.plugins.types import (
     UsageTotals,
 )
 from hami_core.wire import keys
+from hami_core.wire.mig import MIG_PLACEMENT_CUSTOM_INFO, MIG_PROFILE_CUSTOM_INFO
 from hami_core.wire.reasons import Reason
 
 DEVICE_TYPE_NOT_FOUND = "Device type not found"
@@ -79,6 +82,10 @@ class Cycle:
         # ``app`` adds this pod's app containers as they are placed.
         self.base: dict[str, dict[str, DeviceUsage]] = {}
         self.app: dict[str, dict[str, DeviceUsage]] = {}
+        # A MIG request (spec §6.8) skips the "more devices than the node has" pre-check: one GPU can host several
+        # instances. It is one unless the pod's nvidia.com/vgpu-mode names other modes only.
+        mode = pod_annotations(pod).get(keys.NVIDIA_VGPU_MODE)
+        self.mig_ok = not isinstance(mode, str) or "mig" in mode
 
     # ----------------------------------------------------------------------------------- setup
     def exclude_own(self, state: NodeState) -> None:
@@ -95,7 +102,25 @@ class Cycle:
                 copy.used -= max(d.slots, 1)
                 copy.usedmem -= d.usedmem
                 copy.usedcores -= d.usedcores
+        if self.own.mig or state.mig:
+            self._exclude_own_mig(state, overrides)
         self.base[state.name] = overrides
+
+    def _exclude_own_mig(self, state: NodeState, overrides: dict[str, DeviceUsage]) -> None:
+        """Take the pod's own MIG instances (and the conflicts its booking caused) off the ``base`` copies."""
+        own = self.own
+        if own is None:
+            return
+        uuids = {d.uuid for devs in own.devices.values() for d in devs} | set(own.mig)
+        for uuid in uuids:
+            usage = state.by_uuid.get(uuid)
+            if usage is None:
+                continue
+            instances = own.mig.get(uuid)
+            if usage.mode == "mig" and instances:
+                mig_book(overrides.setdefault(uuid, usage.copy()), instances, -1)
+            elif (usage.mode == "mig") != bool(instances):  # a conflict this booking caused (inventory.apply_mig)
+                mig_conflict(overrides.setdefault(uuid, usage.copy()), -1)
 
     def totals(self, state: NodeState) -> UsageTotals:
         totals = state.totals()
@@ -144,7 +169,7 @@ class Cycle:
         name = backend.name
         for state in alive:
             devs = self._devices(state, name, init=init)
-            if request.nums > len(devs) and name not in state.mig:
+            if request.nums > len(devs) and not (self.mig_ok and name in state.mig):
                 self.failed[state.name] = Reason.NodeInsufficientDevice
                 continue
             ordered = self._ordered(state, name, devs, container_reqs)
@@ -234,6 +259,9 @@ class Cycle:
             usage.used += 1
             usage.usedmem += d.usedmem
             usage.usedcores += d.usedcores
+            info = d.custom_info
+            if info and MIG_PLACEMENT_CUSTOM_INFO in info:  # later containers must not overlap this MIG instance
+                mig_book(usage, (MigInstance(info[MIG_PROFILE_CUSTOM_INFO], info[MIG_PLACEMENT_CUSTOM_INFO]),), 1)
 
     # ----------------------------------------------------------------------------------- score
     def assignment(self, state: NodeState) -> dict[str, tuple[tuple[ContainerDevice, ...], ...]]:

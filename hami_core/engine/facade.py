@@ -26,7 +26,7 @@ from hami_core.engine.config import HAMI_SECTIONS, EngineConfig, load_config
 from hami_core.engine.cycle import Cycle
 from hami_core.engine.decision import Decision
 from hami_core.engine.inventory import NodeState
-from hami_core.engine.ledger import Booking, Ledger, collapse
+from hami_core.engine.ledger import Booking, Ledger, collapse, mig_from_allocations, mig_from_devices
 from hami_core.engine.pods import (
     annotations,
     host_requests,
@@ -47,11 +47,13 @@ from hami_core.plugins.types import (
     DeviceBackend,
     DeviceInfo,
     HealthReport,
+    MigInstance,
     PodDevices,
     PolicyInfo,
 )
 from hami_core.wire import keys
 from hami_core.wire.common import parse_go_bool
+from hami_core.wire.mig import decode_mig_allocations
 from hami_core.wire.reasons import NODE_UNREGISTERED
 
 log = logging.getLogger("hami.engine")
@@ -333,7 +335,7 @@ class Engine:
         self._release_quarantine(key)
         init_count = len(((pod.get("spec") or {}).get("initContainers")) or [])
         booked = collapse(devices, init_count, app_only=init_count > 0 and init_containers_done(pod))
-        booking = Booking(key, pod_ref(pod), node, booked)
+        booking = Booking(key, pod_ref(pod), node, booked, self._pod_mig(pod))
         if self.ledger.get(key) == booking:
             # Every update of a scheduled pod (bind-phase patch, binding, status) repeats its allocation:
             # re-booking it would only churn the node's usage and invalidate its per-node caches.
@@ -347,6 +349,23 @@ class Engine:
         self._release_quarantine(key)
         self._unbook_host(key)
         self.ledger.unbook(key, self.nodes)
+
+    @staticmethod
+    def _pod_mig(pod: Mapping[str, Any]) -> dict[str, tuple[MigInstance, ...]]:
+        """The pod's MIG instances per GPU from ``hami.io/vgpu-mig-allocations`` (spec §6.3 step 3).
+
+        As in HAMi, an annotation that cannot be decoded books no instance (logged, naming the pod and the key):
+        the MIG GPUs the pod uses then count as used without a reservation and stay unhealthy while it is booked,
+        so nothing is placed over instances the scheduler cannot see.
+        """
+        raw = annotations(pod).get(keys.VGPU_MIG_ALLOCATIONS)
+        if not raw:
+            return {}
+        try:
+            return mig_from_allocations(decode_mig_allocations(raw, key=keys.VGPU_MIG_ALLOCATIONS))
+        except WireFormatError as exc:
+            log.error("pod %s: ignoring its MIG allocations: %s", pod_ref(pod), exc)
+            return {}
 
     def _decode_pod(self, pod: Mapping[str, Any]) -> PodDevices:
         out = {}
@@ -683,7 +702,8 @@ class Engine:
         init_count = requests.init_count if requests is not None else 0
         booked = collapse(decision.devices, init_count)
         self._versions.pop(pod_key(pod), None)  # the ledger no longer follows the pod's stored version
-        self.ledger.book(Booking(pod_key(pod), pod_ref(pod), decision.node, booked), self.nodes)
+        self.ledger.book(Booking(pod_key(pod), pod_ref(pod), decision.node, booked, mig_from_devices(decision.devices)),
+                         self.nodes)
         self._book_host(pod_key(pod), decision.node, pod)
 
     def unreserve(self, pod: Mapping[str, Any]) -> None:

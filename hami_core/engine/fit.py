@@ -6,7 +6,7 @@ and gets HAMi's exact check order, reason counting and reason string.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from itertools import combinations
 
 from hami_core.engine.ledger import collapse
@@ -74,13 +74,16 @@ def standard_fit(
     quota: QuotaCheck | None = None,
     custom_rule: CustomRule | None = None,
     custom_reason: str = Reason.CardNotFoundCustomFilterRule,
+    revisit: DevicePredicate | None = None,
 ) -> FitResult:
     """Choose ``request.nums`` devices, walking ``devices`` from the last (preferred) to the first.
 
     Checks, in HAMi's order, recording the first failing reason per device: health, cordon, type,
     NUMA grouping (``numa_bind``), UUID selection, split count, ``mutex``, quota, memory, cores,
     exclusive whole card, compute exhausted, the vendor's custom rule. ``topology`` collects every
-    eligible device and picks by pair scores (spec §6.7).
+    eligible device and picks by pair scores (spec §6.7). A device accepted while ``revisit(device)`` holds is
+    examined again before the walk moves on, so it can be chosen several times (NVIDIA MIG: several instances
+    from one GPU; the custom rule sees the earlier choices in ``chosen_so_far``).
     """
     total = len(devices)
     need = origin = request.nums
@@ -94,7 +97,9 @@ def standard_fit(
     def fail(reason: str) -> None:
         counts[reason] = counts.get(reason, 0) + 1
 
-    for i in range(total - 1, -1, -1):
+    # a plain range unless a device may be chosen twice: other requests pay nothing for the revisit
+    again = [False] if revisit is not None else None
+    for i in range(total - 1, -1, -1) if again is None else _walk(total, again):
         dev = devices[i]
         if not dev.health:
             fail(Reason.CardNotHealth)
@@ -146,6 +151,8 @@ def standard_fit(
             need -= 1
             if need == 0:
                 return FitResult.success(chosen)
+        if again is not None and revisit is not None and revisit(dev):
+            again[0] = True
 
     if topology:
         if len(chosen) == origin:
@@ -157,6 +164,17 @@ def standard_fit(
     if not counts:  # no device at all: the engine normally rejects this before calling a fit
         return FitResult.unschedulable(Reason.NodeInsufficientDevice)
     return FitResult.unschedulable(*gen_reason_items(counts, total))
+
+
+def _walk(total: int, again: list[bool]) -> Iterator[int]:
+    """Device positions from the last to the first; setting ``again[0]`` repeats the position just yielded."""
+    i = total - 1
+    while i >= 0:
+        yield i
+        if again[0]:
+            again[0] = False
+        else:
+            i -= 1
 
 
 def _pair(devs: Sequence[DeviceUsage], a: int, b: int) -> int:

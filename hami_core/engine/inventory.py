@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from hami_core.plugins.errors import WireFormatError
-from hami_core.plugins.types import ContainerDevice, DeviceInfo, DeviceUsage, UsageTotals
+from hami_core.plugins.types import ContainerDevice, DeviceInfo, DeviceUsage, MigInstance, UsageTotals
 from hami_core.wire.quantity import parse_quantity
+
+log = logging.getLogger("hami.engine")
+
+#: ``DeviceInfo.mode`` of a GPU partitioned by dynamic MIG.
+MIG_MODE = "mig"
 
 if TYPE_CHECKING:
     from hami_core.engine.table import NodeTable
@@ -125,6 +131,42 @@ class NodeState:
             self.table.dirty.add(self.row)
         return True
 
+    def apply_mig(self, pod: str, uuids: Iterable[str], mig: Mapping[str, tuple[MigInstance, ...]], sign: int) -> None:
+        """Book (``sign=1``) or release (``-1``) one pod's MIG instances (spec §6.3 step 3, HAMi ``getNodesUsage``).
+
+        ``uuids``: the devices the pod's allocation names; ``mig``: its MIG instances per GPU UUID. Instances on a
+        MIG GPU join its ``mig_in_use``; instances on any other GPU, or a MIG GPU the pod uses without an instance,
+        count as a conflict that keeps the device unhealthy while the pod is booked.
+        """
+        changed = False
+        for uuid, instances in mig.items():
+            usage = self.by_uuid.get(uuid)
+            if usage is None:
+                if sign > 0:
+                    log.warning("pod %s holds MIG instances on GPU %s that node %s does not register; ignored",
+                                pod, uuid, self.name)
+                continue
+            changed = True
+            if usage.mode != MIG_MODE:
+                if sign > 0:
+                    log.error("pod %s holds MIG instances on GPU %s of node %s, which is in %r mode: the GPU is "
+                              "unhealthy until the pod goes", pod, uuid, self.name, usage.mode)
+                mig_conflict(usage, sign)
+            else:
+                mig_book(usage, instances, sign)
+        for uuid in uuids:
+            if uuid in mig:
+                continue
+            usage = self.by_uuid.get(uuid)
+            if usage is not None and usage.mode == MIG_MODE:
+                if sign > 0:
+                    log.error("pod %s uses MIG GPU %s of node %s without a MIG reservation (%s missing): the GPU is "
+                              "unhealthy until the pod goes", pod, uuid, self.name, "hami.io/vgpu-mig-allocations")
+                mig_conflict(usage, sign)
+                changed = True
+        if changed:
+            self._changed()
+
     def totals(self) -> UsageTotals:
         return UsageTotals(self.sum_used, self.tot_count, self.sum_usedcores, self.tot_core, self.sum_usedmem,
                            self.tot_mem)
@@ -137,3 +179,21 @@ def _quantity(value: Any, unit: float) -> float:
         return float(parse_quantity(value) / unit)
     except (WireFormatError, ZeroDivisionError, TypeError, ValueError):
         return math.inf  # unreadable: do not let it constrain anything
+
+
+def mig_book(usage: DeviceUsage, instances: Iterable[MigInstance], sign: int) -> None:
+    """Add (``sign=1``) or remove (``-1``) MIG instances from ``usage.mig_in_use`` (one occurrence each)."""
+    if sign > 0:
+        usage.mig_in_use = (*usage.mig_in_use, *instances)
+        return
+    kept = list(usage.mig_in_use)
+    for inst in instances:
+        if inst in kept:
+            kept.remove(inst)
+    usage.mig_in_use = tuple(kept)
+
+
+def mig_conflict(usage: DeviceUsage, sign: int) -> None:
+    """Count a booking that contradicts the device's mode; the device is healthy only without any."""
+    usage.mig_conflicts += sign
+    usage.health = usage.info.health and usage.mig_conflicts <= 0

@@ -7,24 +7,30 @@ peak and app containers as a sum, so one pod contributes one entry per device.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
 from hami_core.engine.inventory import NodeState
 from hami_core.engine.quota import QuotaCache
-from hami_core.plugins.types import ContainerDevice, PodDevices
+from hami_core.plugins.types import ContainerDevice, MigInstance, Placement, PodDevices
+from hami_core.wire.mig import MIG_PLACEMENT_CUSTOM_INFO, MIG_PROFILE_CUSTOM_INFO, MigAllocation
 
 log = logging.getLogger("hami.engine")
 
 
 @dataclass(frozen=True, slots=True)
 class Booking:
-    """One pod's collapsed usage on one node."""
+    """One pod's collapsed usage on one node.
+
+    ``mig``: the pod's MIG instances per GPU UUID (its ``hami.io/vgpu-mig-allocations``, or the placements a
+    reservation chose), booked on the GPUs' ``mig_in_use``.
+    """
 
     key: str
     pod: str
     node: str
     devices: Mapping[str, tuple[ContainerDevice, ...]]
+    mig: Mapping[str, tuple[MigInstance, ...]] = field(default_factory=dict)
 
     @property
     def namespace(self) -> str:
@@ -68,6 +74,32 @@ def collapse(devices: PodDevices, init_count: int, *, app_only: bool = False) ->
         if merged:
             out[backend] = tuple(merged)
     return out
+
+
+def mig_from_devices(devices: PodDevices) -> dict[str, tuple[MigInstance, ...]]:
+    """MIG instances per GPU UUID chosen in a pod assignment (``ContainerDevice.custom_info`` holds the profile and
+    placement a MIG fit chose; other devices contribute nothing). Empty for a pod without MIG devices."""
+    out: dict[str, list[MigInstance]] = {}
+    for containers in devices.values():
+        for ctr in containers:
+            for d in ctr:
+                info = d.custom_info
+                if not info:
+                    continue
+                profile = info.get(MIG_PROFILE_CUSTOM_INFO)
+                placement = info.get(MIG_PLACEMENT_CUSTOM_INFO)
+                if isinstance(profile, str) and profile and isinstance(placement, Placement) and placement.size:
+                    out.setdefault(d.uuid, []).append(MigInstance(profile, placement))
+    return {uuid: tuple(v) for uuid, v in out.items()}
+
+
+def mig_from_allocations(allocations: Iterable[MigAllocation]) -> dict[str, tuple[MigInstance, ...]]:
+    """MIG instances per GPU UUID from a decoded ``hami.io/vgpu-mig-allocations`` (runtime identity kept)."""
+    out: dict[str, list[MigInstance]] = {}
+    for a in allocations:
+        out.setdefault(a.gpu_uuid, []).append(MigInstance(a.profile, a.placement, a.mig_uuid, a.gpu_instance_id,
+                                                          a.compute_instance_id))
+    return {uuid: tuple(v) for uuid, v in out.items()}
 
 
 class Ledger:
@@ -131,3 +163,6 @@ class Ledger:
                     # HAMi logs and ignores usage on devices a node no longer registers.
                     log.warning("pod %s holds device %s that node %s does not register; usage ignored",
                                 booking.pod, d.uuid, state.name)
+        if booking.mig or state.mig:  # only pods with MIG instances and nodes with MIG GPUs pay for this
+            uuids = [d.uuid for devs in booking.devices.values() for d in devs]
+            state.apply_mig(booking.pod, uuids, booking.mig, sign)

@@ -124,14 +124,17 @@ class NodeTable:
                     arr = self.capacity[backend] = np.zeros((len(self.states), 4))
                 nfree = nidle = 0
                 maxcores = maxmem = 0
+                # a MIG GPU may host up to count - used instances of one request (spec §6.6 step 16)
+                mig = backend in state.mig
                 for d in devs:
                     if not d.health or d.used >= d.count:
                         continue
-                    nfree += 1
+                    room = d.count - d.used if mig and d.mode == "mig" else 1
+                    nfree += room
                     maxcores = max(maxcores, d.totalcore - d.usedcores)
                     maxmem = max(maxmem, d.totalmem - d.usedmem)
                     if d.used == 0 or d.totalcore != 100:
-                        nidle += 1
+                        nidle += room
                 arr[row] = (nfree, maxcores, maxmem, nidle)
         self.dirty.clear()
 

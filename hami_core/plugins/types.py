@@ -163,11 +163,29 @@ class DeviceInfo:
             _require(getattr(self, name) >= 0, owner, f"{name} must be >= 0, got {getattr(self, name)}")
 
 
-class DeviceUsage:
-    """A device plus what is booked on it. Built and updated by the engine; read-only for plugins."""
+@dataclass(frozen=True, slots=True)
+class MigInstance:
+    """A MIG instance booked on a GPU (HAMi ``MigAllocationsInUse`` entry): its profile and placement, and the
+    runtime identity once the device plugin has realized it (``hami.io/vgpu-mig-allocations``)."""
 
-    __slots__ = ("count", "health", "id", "index", "info", "mode", "numa", "totalcore", "totalmem", "type",
-                 "used", "usedcores", "usedmem")
+    profile: str
+    placement: Placement
+    mig_uuid: str | None = None
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+
+
+class DeviceUsage:
+    """A device plus what is booked on it. Built and updated by the engine; read-only for plugins.
+
+    ``mig_in_use``: the MIG instances booked on a MIG-mode GPU (pods' ``hami.io/vgpu-mig-allocations``), whose
+    placements a new instance must not overlap. ``mig_conflicts``: bookings that contradict the device's mode (a MIG
+    allocation on a non-MIG GPU, or a MIG GPU used without one); while any exist the device is unhealthy
+    (``health`` False), as HAMi marks it for its usage computation (spec §6.3 step 3).
+    """
+
+    __slots__ = ("count", "health", "id", "index", "info", "mig_conflicts", "mig_in_use", "mode", "numa",
+                 "totalcore", "totalmem", "type", "used", "usedcores", "usedmem")
 
     def __init__(self, info: DeviceInfo, used: int = 0, usedmem: int = 0, usedcores: int = 0) -> None:
         self.info = info
@@ -183,6 +201,8 @@ class DeviceUsage:
         self.used = used
         self.usedmem = usedmem
         self.usedcores = usedcores
+        self.mig_in_use: tuple[MigInstance, ...] = ()
+        self.mig_conflicts = 0
 
     def copy(self) -> DeviceUsage:
         dup = DeviceUsage.__new__(DeviceUsage)

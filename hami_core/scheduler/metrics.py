@@ -1,7 +1,9 @@
 """Prometheus metrics of the scheduler (spec §10.3), read live from the engine's inventory and ledger.
 
 Gauges carry HAMi's labels plus the constant label ``zone="vGPU"``; ``hami_build_info`` has no zone.
-``hami_node_quarantined`` (hami-py's own) counts per node the pods whose allocation cannot be decoded.
+``hami_node_gpu_mig_instance_info`` is 1 per realized MIG instance (one whose ``hami.io/vgpu-mig-allocations``
+entry carries the device plugin's runtime ids). ``hami_node_quarantined`` (hami-py's own) counts per node the pods
+whose allocation cannot be decoded.
 ``hami_resource_quota_used`` / ``hami_resource_quota_limit`` show, per namespace and resource (``quota_name``), the
 usage the scheduler booked and the ResourceQuota limit (the ``limit`` label: ``0`` when none is set).
 Served on their own port (``--metrics-bind``, default ``:9395``) at ``GET /metrics``.
@@ -20,6 +22,7 @@ from prometheus_client.registry import Collector
 
 from hami_core import __version__
 from hami_core.engine.facade import Engine
+from hami_core.plugins.types import DeviceUsage
 
 __all__ = ["EngineCollector", "serve_metrics"]
 
@@ -54,6 +57,9 @@ class EngineCollector(Collector):
                          ["namespace", "node", "pod", "container_index", "device_uuid"])
         pod_core = _gauge("hami_vgpu_core_allocated_ratio", "Cores allocated to a pod on a device",
                           ["namespace", "node", "pod", "container_index", "device_uuid"])
+        mig_info = _gauge("hami_node_gpu_mig_instance_info", "A realized MIG instance on a GPU (value 1)",
+                          ["node", "device_uuid", "device_index", "mig_uuid", "profile", "gpu_instance_id",
+                           "compute_instance_id", "placement_start", "placement_size"])
         quarantined = GaugeMetricFamily(
             "hami_node_quarantined", "Pods whose allocation annotation cannot be decoded on the node "
             "(> 0: the node is quarantined and takes no new pods)", labels=["node", ZONE[0]])
@@ -82,6 +88,8 @@ class EngineCollector(Collector):
                                              ZONE[1]], d.usedmem * MIB)
                         if d.totalmem > 0:
                             mem_ratio.add_metric(base, d.usedmem / d.totalmem)
+                        if d.mig_in_use:
+                            self._mig_instances(mig_info, name, d)
             for booking in self.engine.ledger.bookings.values():
                 namespace, _, pod = booking.pod.partition("/")
                 for devices in booking.devices.values():
@@ -89,13 +97,26 @@ class EngineCollector(Collector):
                         labels = [namespace, booking.node, pod, "0", d.uuid, ZONE[1]]
                         pod_mem.add_metric(labels, d.usedmem * MIB)
                         pod_core.add_metric(labels, d.usedcores)
-        yield from (mem_limit, core_limit, mem_alloc, shared, core_alloc, overview, mem_ratio, pod_mem, pod_core,
-                    quota_used, quota_limit, quarantined)
+        yield from (mem_limit, core_limit, mem_alloc, shared, core_alloc, overview, mem_ratio, mig_info, pod_mem,
+                    pod_core, quota_used, quota_limit, quarantined)
         info = GaugeMetricFamily("hami_build_info", "Build information",
                                  labels=["version", "revision", "build_date", "go_version", "compiler", "platform"])
         info.add_metric([__version__, "", "", platform.python_version(), platform.python_implementation(),
                          f"{platform.system().lower()}/{platform.machine()}"], 1)
         yield info
+
+    @staticmethod
+    def _mig_instances(family: GaugeMetricFamily, node: str, d: DeviceUsage) -> None:
+        """One sample per realized instance (an instance an init and an app container share counts once)."""
+        seen = set()
+        for inst in d.mig_in_use:
+            if inst.mig_uuid is None:
+                continue
+            labels = (node, d.id, str(d.index), inst.mig_uuid, inst.profile, str(inst.gpu_instance_id),
+                      str(inst.compute_instance_id), str(inst.placement.start), str(inst.placement.size), ZONE[1])
+            if labels not in seen:
+                seen.add(labels)
+                family.add_metric(list(labels), 1)
 
 
 def serve_metrics(engine: Engine, host: str, port: int,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import replace
+from functools import lru_cache
 from typing import Any
 
 from hami_core.default_plugins.health import allocatable_count, generic_health
@@ -14,6 +15,7 @@ from hami_core.engine.fit import quota_predicate, standard_fit
 from hami_core.plugins.errors import AdmissionFailed, WireFormatError
 from hami_core.plugins.types import (
     MEM_PERCENTAGE_UNSET,
+    ContainerDevice,
     DeviceBackend,
     DeviceInfo,
     DeviceRequest,
@@ -22,11 +24,14 @@ from hami_core.plugins.types import (
     FitResult,
     GpuPolicy,
     HealthReport,
+    MigProfile,
+    Placement,
     QuotaView,
     ResourceNames,
 )
 from hami_core.wire import keys
 from hami_core.wire.common import split_list
+from hami_core.wire.mig import MIG_PLACEMENT_CUSTOM_INFO, MIG_PROFILE_CUSTOM_INFO
 from hami_core.wire.nodes import decode_node_devices, decode_pair_scores
 from hami_core.wire.quantity import quantity_to_int
 from hami_core.wire.reasons import Reason
@@ -35,6 +40,8 @@ from hami_nvidia.config import NvidiaConfig
 COMMON_WORD = "NVIDIA"
 VENDOR = "nvidia"
 MAX_INT32 = 2**31 - 1
+#: ``DeviceInfo.mode`` of a GPU that HAMi partitions by dynamic MIG (per-node ``operatingmode: mig``).
+MIG_MODE = "mig"
 
 
 def make_backend(cfg: NvidiaConfig) -> DeviceBackend:
@@ -270,16 +277,93 @@ def _never(dev: DeviceUsage) -> bool:
     return False
 
 
-def _no_mig(dev: DeviceUsage, mem: int, cores: int, chosen: Sequence[Any]) -> bool:
-    # Dynamic MIG placement (spec §6.8) is not implemented yet: MIG-mode cards are refused with
-    # HAMi's MIG reason rather than shared as if they were hami-core cards.
-    return dev.mode != "mig"
+def _has_mig(cand: FitCandidate) -> bool:
+    """Whether the candidate offers a MIG-mode GPU, for a node view without the engine's summary (``mig``)."""
+    return any(d.mode == MIG_MODE for d in cand.devices)
+
+
+# ------------------------------------------------------------------------------------------ MIG (spec §6.8)
+@lru_cache(maxsize=256)
+def _profiles_by_memory(profiles: tuple[MigProfile, ...]) -> tuple[tuple[MigProfile, tuple[Placement, ...]], ...]:
+    """A GPU's profiles by (memoryMB, sliceCount), each with its placements in the order they are tried: ``1g.*``
+    and ``3g.*`` from the highest start, the others from the lowest (HAMi ``mig_topology.go``; both sorts are
+    stable). Placements of size 0 are left out: they name no slice, so they can be neither realized nor booked."""
+    out = []
+    for profile in sorted(profiles, key=lambda p: (p.memory_mb, p.slice_count)):
+        high = profile.name.startswith(("1g.", "3g."))
+        placements = sorted((p for p in profile.placements if p.size > 0), key=lambda p: p.start, reverse=high)
+        out.append((profile, tuple(placements)))
+    return tuple(out)
+
+
+def select_mig(profiles: tuple[MigProfile, ...], occupied: Sequence[Placement],
+               memory: int) -> tuple[MigProfile, Placement] | None:
+    """HAMi ``selectMigCandidate``: the smallest profile with ``memoryMB >= memory`` that has a placement overlapping
+    none of ``occupied``, and that placement; ``None`` when there is none."""
+    for profile, placements in _profiles_by_memory(profiles):
+        if profile.memory_mb < memory:
+            continue
+        for placement in placements:
+            if not any(placement.overlaps(o) for o in occupied):
+                return profile, placement
+    return None
+
+
+def is_mig(dev: DeviceUsage) -> bool:
+    """A MIG-mode GPU: the fit examines it again after accepting it (several instances from one GPU)."""
+    return dev.mode == MIG_MODE
+
+
+def mig_rule(dev: DeviceUsage, mem: int, cores: int, chosen: Sequence[ContainerDevice]) -> bool:
+    """HAMi's NVIDIA ``CustomFilterRule`` (spec §6.6 step 15): on a MIG GPU, the instances already chosen for this
+    container on it (replayed in order) and one more for ``mem`` must all find free placements."""
+    if dev.mode != MIG_MODE:
+        return True
+    profiles = dev.info.mig_profiles
+    occupied = [inst.placement for inst in dev.mig_in_use]
+    for earlier in chosen:
+        if earlier.uuid == dev.id:
+            got = select_mig(profiles, occupied, earlier.usedmem)
+            if got is None:
+                return False
+            occupied.append(got[1])
+    return select_mig(profiles, occupied, mem) is not None
+
+
+def place_mig(result: FitResult, devices: Sequence[DeviceUsage]) -> FitResult:
+    """HAMi's NVIDIA ``AddResourceUsage`` for MIG GPUs: each chosen MIG device gets its profile and placement (the
+    same rule, in order) and books the profile's ``memoryMB``/``core`` instead of the request's memory and cores;
+    the profile and placement go in ``custom_info`` (they become ``hami.io/vgpu-mig-allocations``)."""
+    by_id = {d.id: d for d in devices if d.mode == MIG_MODE}
+    if not by_id:
+        return result
+    occupied: dict[str, list[Placement]] = {}
+    out = []
+    for chosen in result.devices:
+        dev = by_id.get(chosen.uuid)
+        if dev is None:
+            out.append(chosen)
+            continue
+        taken = occupied.setdefault(dev.id, [inst.placement for inst in dev.mig_in_use])
+        got = select_mig(dev.info.mig_profiles, taken, chosen.usedmem)
+        if got is None:  # the fit's rule held for this order, so only a topology re-pick can get here
+            return FitResult.unschedulable(f"1/{len(devices)} {Reason.CardMigTopologyInfeasible}")
+        profile, placement = got
+        taken.append(placement)
+        out.append(ContainerDevice(chosen.uuid, chosen.type, profile.memory_mb, profile.core, chosen.idx,
+                                   custom_info={MIG_PROFILE_CUSTOM_INFO: profile.name,
+                                                MIG_PLACEMENT_CUSTOM_INFO: placement}))
+    return FitResult.success(out)
 
 
 def filter_nodes(backend: DeviceBackend, pod: Mapping[str, Any], request: DeviceRequest,
                  candidates: Sequence[FitCandidate], policy: GpuPolicy, *,
                  quota: QuotaView | None = None) -> list[FitResult]:
     """HAMi's NVIDIA ``Fit`` (spec §6.6) on every candidate node.
+
+    On a node with MIG-mode GPUs the fit also places MIG instances (spec §6.8): :func:`mig_rule` is step 15 (refused
+    with ``CardMigTopologyInfeasible``), a MIG GPU is examined again after each accepted instance, and
+    :func:`place_mig` gives the chosen MIG devices their profile and placement. Other nodes pay for none of it.
 
     ``quota``: the pod's namespace ResourceQuota; a device that would take the pod's hypothetical usage past a
     limit is refused with ``ResourceQuotaNotFit`` (step 10, before the memory and core checks; §11.2).
@@ -296,8 +380,12 @@ def filter_nodes(backend: DeviceBackend, pod: Mapping[str, Any], request: Device
     for cand in candidates:
         cordon_raw = cand.node.annotations.get(keys.DEVICE_CORDON)
         cordoned = frozenset(split_list(cordon_raw)) if cordon_raw else frozenset()
-        out.append(standard_fit(cand.devices, request, type_ok=type_ok, uuid_ok=uuid_ok, cordoned=cordoned,
-                                numa_bind=policy.numa_bind, mutex=mutex, topology=topology,
-                                quota=quota_predicate(quota, backend, cand) if quota is not None else None,
-                                custom_rule=_no_mig, custom_reason=Reason.CardMigTopologyInfeasible))
+        summary = getattr(cand.node, "mig", None)  # the engine's node state: backends with a MIG-mode GPU
+        mig = (COMMON_WORD in summary) if summary is not None else _has_mig(cand)
+        result = standard_fit(cand.devices, request, type_ok=type_ok, uuid_ok=uuid_ok, cordoned=cordoned,
+                              numa_bind=policy.numa_bind, mutex=mutex, topology=topology,
+                              quota=quota_predicate(quota, backend, cand) if quota is not None else None,
+                              custom_rule=mig_rule if mig else None, custom_reason=Reason.CardMigTopologyInfeasible,
+                              revisit=is_mig if mig else None)
+        out.append(place_mig(result, cand.devices) if mig and result.ok else result)
     return out

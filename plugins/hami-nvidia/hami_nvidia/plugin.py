@@ -15,8 +15,11 @@ from hami_core.plugins.types import (
     GpuPolicy,
     HealthReport,
     Mutation,
+    PodSingleDevice,
     QuotaView,
 )
+from hami_core.wire import keys
+from hami_core.wire.mig import encode_mig_allocations, mig_allocations_from_devices
 from hami_nvidia import backend as nv
 from hami_nvidia.config import parse_config
 
@@ -64,6 +67,16 @@ def hami_filter_nodes(backend: DeviceBackend, pod: Mapping[str, Any], request: D
                       candidates: Sequence[FitCandidate], policy: GpuPolicy,
                       quota: QuotaView | None) -> list[FitResult] | None:
     return nv.filter_nodes(backend, pod, request, candidates, policy, quota=quota) if _mine(backend) else None
+
+
+@hookimpl
+def hami_allocation_annotations(backend: DeviceBackend, devices: PodSingleDevice) -> dict[str, str] | None:
+    """``hami.io/vgpu-mig-allocations`` when MIG devices were chosen (spec §3.5); the default plugin writes the
+    to-allocate/allocated pair."""
+    if not _mine(backend):
+        return None
+    allocations = mig_allocations_from_devices(devices)
+    return {keys.VGPU_MIG_ALLOCATIONS: encode_mig_allocations(allocations)} if allocations else None
 
 
 # ------------------------------------------------------------------------------------------ node side

@@ -324,23 +324,6 @@ def test_vgpu_mode_must_contain_the_device_mode() -> None:
         "2/2 CardTypeMismatch")
 
 
-def test_mig_devices_are_refused_for_now() -> None:
-    devs = [usage("mig-0", mode="mig", count=7, totalmem=40960)]
-    assert fit(devs, request(1, memreq=5000)).reason == "1/1 CardMigTopologyInfeasible"
-    assert fit(devs, request(1, memreq=5000), pod_annotations={"nvidia.com/vgpu-mode": "mig"}).reason == (
-        "1/1 CardMigTopologyInfeasible")
-    # A mode filter that excludes MIG reports the type mismatch first.
-    assert fit(devs, request(1, memreq=5000), pod_annotations={"nvidia.com/vgpu-mode": "hami-core"}).reason == (
-        "1/1 CardTypeMismatch")
-
-
-def test_mig_device_next_to_a_shared_one() -> None:
-    devs = [usage("core-0", totalmem=40960, count=10), usage("mig-0", index=1, mode="mig", count=7, totalmem=40960)]
-    assert chosen(fit(devs, request(1, memreq=5000))) == ["core-0"]
-    assert fit(devs, request(2, memreq=5000)).reason == (
-        "1/2 AllocatedCardsInsufficientRequest, 1/2 CardMigTopologyInfeasible")
-
-
 # ------------------------------------------------------------------------------------ batch contract
 def test_one_result_per_candidate_in_order() -> None:
     b = make_backend()
@@ -454,14 +437,3 @@ def test_engine_topology_uses_the_score_annotation() -> None:
     assert one.annotations["hami.io/vgpu-devices-allocated"] == "GPU-1,NVIDIA,100,0:;"
     two = engine.schedule(make_pod(gpu_container(gpus=2, mem=100), annotations={GPU_POLICY: "topology-aware"}))
     assert sorted(d.uuid for d in two.devices["NVIDIA"][0]) == ["GPU-0", "GPU-2"]
-
-
-def test_engine_mig_node_is_refused_with_the_mig_reason() -> None:
-    engine = make_engine()
-    profiles = [{"name": "1g.5gb", "memoryMB": 5120, "core": 14, "sliceCount": 1,
-                 "placements": [{"start": i, "size": 1} for i in range(7)]}]
-    engine.upsert_node(make_node("n1", [reg("GPU-m", count=7, devmem=40960, type="NVIDIA A100-SXM4-40GB",
-                                            mode="mig", migProfiles=profiles)], allocatable=7))
-    pod = make_pod(gpu_container(gpus=2, mem=5000), annotations={"nvidia.com/vgpu-mode": "mig"})
-    # MIG requests skip the "not enough devices" pre-check (spec §6.8), so Fit answers.
-    assert engine.schedule(pod).failed == {"n1": "1/1 CardMigTopologyInfeasible"}
