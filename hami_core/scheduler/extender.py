@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -29,7 +30,7 @@ from hami_core.cluster.base import Cluster, NotFoundError
 from hami_core.engine.facade import Engine
 from hami_core.engine.pods import annotations, metadata, pod_key, pod_ref, pod_shape_error
 from hami_core.plugins.errors import HamiError, TemporaryError
-from hami_core.plugins.types import LockSpec
+from hami_core.plugins.types import LockSpec, MigInstance
 from hami_core.scheduler.bound import BoundLedgers
 from hami_core.scheduler.nodelock import DEFAULT_RETRY_TIMEOUT_S, DEFAULT_TIMEOUT_S, LockContention, NodeLocker, retry
 from hami_core.wire import keys
@@ -353,9 +354,11 @@ class Extender:
             if state.quarantine:
                 raise Overcommit(f"node {node} is quarantined: {'; '.join(sorted(state.quarantine.values()))}")
             before = {d.id: (d.used, d.usedmem, d.usedcores) for d in state.by_uuid.values()}
+            mig_before = {d.id: d.mig_in_use for d in state.by_uuid.values() if d.mig_in_use}
             scratch.upsert_pod(pod)
             try:
                 self._check_growth(pod, node, state, before, len(others))
+                self._check_mig(pod, node, state, mig_before)
             finally:
                 scratch.remove_pod(pod)  # the mirror holds bound pods only
 
@@ -373,6 +376,30 @@ class Extender:
                     raise Overcommit(f"pod {pod_ref(pod)} cannot bind to node {node}: device {d.id} would be over "
                                      f"its {what} ({now} > {total}) with the {others} pod(s) already bound "
                                      "there; it must be filtered again")
+
+    @staticmethod
+    def _check_mig(pod: Mapping[str, Any], node: str, state: Any,
+                   before: Mapping[str, tuple[MigInstance, ...]]) -> None:
+        """The MIG instances the pod adds must not overlap those of the pods already bound there.
+
+        Split count, memory and cores cannot see it: two replicas that had not heard of each other's reservation
+        may give two pods the same free placement (the device plugin would then hand one instance to both). Only
+        the pod's own instances may share a placement (HAMi lets its init and app containers do so).
+        """
+        for d in state.by_uuid.values():
+            held = before.get(d.id, ())
+            if not held or not d.mig_in_use:
+                continue
+            added = Counter(d.mig_in_use)
+            added.subtract(Counter(held))
+            for inst in (i for i, n in added.items() if n > 0):
+                clash = next((h for h in held if inst.placement.overlaps(h.placement)), None)
+                if clash is not None:
+                    raise Overcommit(
+                        f"pod {pod_ref(pod)} cannot bind to node {node}: its MIG instance {inst.profile} at "
+                        f"placement {inst.placement.start}+{inst.placement.size} on device {d.id} overlaps "
+                        f"{clash.profile} at {clash.placement.start}+{clash.placement.size}, held by a pod already "
+                        "bound there; it must be filtered again")
 
     def _lock_specs(self, pod: Mapping[str, Any]) -> list[LockSpec]:
         """Every backend's lock for this pod, sorted by backend name."""
