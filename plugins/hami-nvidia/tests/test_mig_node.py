@@ -9,10 +9,8 @@ Allocate over real gRPC with the kubelet v1beta1 protobuf; the cluster is the in
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,7 +19,7 @@ from typing import Any
 
 import grpc
 import pytest
-from nvidia_testlib import plugin_manager
+from nvml_testlib import FAKEDRIVER, device_plugins, load_fake_pynvml
 
 from hami_core.cluster.memory import MemoryCluster
 from hami_core.node.app import DevicePluginApp
@@ -37,7 +35,6 @@ UUID0 = "GPU-0f0e0d0c-0000-1111-2222-333344445555"
 UUID1 = "GPU-1a1b1c1d-0000-1111-2222-333344445555"
 UUID2 = "GPU-2b2c2d2e-0000-1111-2222-333344445555"
 A100 = "NVIDIA A100-SXM4-40GB"
-FAKEDRIVER = Path(__file__).parent / "fakedriver"
 ALLOWLIST = [{"models": ["A100-SXM4-40GB", "H200"], "profiles": ["1g.5gb", "2g.10gb", "3g.20gb", "7g.40gb"]}]
 RECONCILE_THREAD = "hami-nvidia-mig-reconcile"
 CREATE_GI = "nvmlDeviceCreateGpuInstanceWithPlacement"
@@ -56,13 +53,7 @@ def install_driver(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, gpus: list[t
     config.write_text(json.dumps({"nodeconfig": [{"name": "other", "operatingmode": "hami-core"},
                                                  {"name": NODE, "operatingmode": mode}]}))
     monkeypatch.setenv("HAMI_NVIDIA_NODE_CONFIG", str(config))
-    spec = importlib.util.spec_from_file_location("pynvml", FAKEDRIVER / "pynvml.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    monkeypatch.setitem(sys.modules, "pynvml", module)
-    monkeypatch.setattr(detect, "_cache", {})
-    return module
+    return load_fake_pynvml(monkeypatch)
 
 
 @pytest.fixture
@@ -78,20 +69,8 @@ def cluster() -> MemoryCluster:
 
 @pytest.fixture
 def start_plugin(kubelet: FakeKubelet, cluster: MemoryCluster) -> Iterator[Callable[[], DevicePluginApp]]:
-    apps: list[DevicePluginApp] = []
-
-    def start() -> DevicePluginApp:
-        pm = plugin_manager()
-        (backend,) = pm.backends({"nvidia": {"migProfileAllowlist": ALLOWLIST}})
-        app = DevicePluginApp(pm, backend, cluster, NODE, plugin_dir=kubelet.plugin_dir, watch_interval_s=0.05,
-                              register_interval_s=3600)
-        apps.append(app)
-        app.start()
-        return app
-
-    yield start
-    for app in apps:
-        app.stop()
+    with device_plugins(kubelet, cluster, NODE, {"migProfileAllowlist": ALLOWLIST}) as start:
+        yield start
 
 
 @pytest.fixture

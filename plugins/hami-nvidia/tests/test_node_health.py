@@ -8,7 +8,6 @@ process on the same fake, and a fake kubelet reads ListAndWatch over real gRPC (
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import logging
 import os
@@ -21,7 +20,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from nvidia_testlib import plugin_manager
+from nvml_testlib import FAKEDRIVER, device_plugins, load_fake_pynvml
 
 from hami_core.cluster.memory import MemoryCluster
 from hami_core.node.app import DevicePluginApp
@@ -38,7 +37,6 @@ UUID0 = "GPU-0f0e0d0c-0000-1111-2222-333344445555"
 UUID1 = "GPU-1a1b1c1d-0000-1111-2222-333344445555"
 UUID2 = "GPU-2b2c2d2e-0000-1111-2222-333344445555"
 UUIDS = [UUID0, UUID1, UUID2]
-FAKEDRIVER = Path(__file__).parent / "fakedriver"
 XID_THREAD = "hami-nvidia-xid"
 DEADLINE_S = 20.0  # bounds a broken test; never an expectation of speed
 XID_EVENTS = 0x8 | 0x2 | 0x1  # XidCriticalError | DoubleBitEcc | SingleBitEcc
@@ -52,13 +50,7 @@ def nvml(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(FAKEDRIVER), os.environ.get("PYTHONPATH")])))
     for var in (detect.OVERRIDE_ENV, "DP_DISABLE_HEALTHCHECKS", "DP_ENABLE_HEALTHCHECKS"):
         monkeypatch.delenv(var, raising=False)
-    spec = importlib.util.spec_from_file_location("pynvml", FAKEDRIVER / "pynvml.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    monkeypatch.setitem(sys.modules, "pynvml", module)
-    monkeypatch.setattr(detect, "_cache", {})  # discovery caches the probe's answer per process
-    return module
+    return load_fake_pynvml(monkeypatch)
 
 
 @pytest.fixture
@@ -74,21 +66,8 @@ def cluster() -> MemoryCluster:
 
 @pytest.fixture
 def start_plugin(kubelet: FakeKubelet, cluster: MemoryCluster) -> Iterator[Callable[[], DevicePluginApp]]:
-    apps: list[DevicePluginApp] = []
-
-    def start() -> DevicePluginApp:
-        pm = plugin_manager()
-        (backend,) = pm.backends({"nvidia": {"deviceSplitCount": 2}})
-        # A one-hour pass: a registration rewrite seen here can only come from a health change.
-        app = DevicePluginApp(pm, backend, cluster, NODE, plugin_dir=kubelet.plugin_dir, watch_interval_s=0.05,
-                              register_interval_s=3600)
-        apps.append(app)
-        app.start()
-        return app
-
-    yield start
-    for app in apps:
-        app.stop()
+    with device_plugins(kubelet, cluster, NODE, {"deviceSplitCount": 2}) as start:
+        yield start
 
 
 def list_and_watch(kubelet: FakeKubelet) -> tuple[Any, Any]:
