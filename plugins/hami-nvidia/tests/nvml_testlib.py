@@ -7,8 +7,10 @@
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
@@ -25,8 +27,11 @@ from hami_nvidia import detect
 FAKEDRIVER = Path(__file__).parent / "fakedriver"
 
 
-def load_fake_pynvml(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    """Import the stand-in driver as ``pynvml`` for this test (undone with the monkeypatch)."""
+def load_fake_pynvml(monkeypatch: pytest.MonkeyPatch, gpus: Sequence[Mapping[str, Any]]) -> ModuleType:
+    """Import the stand-in driver as ``pynvml`` for this test, with ``gpus`` (``uuid``, ``name``, ``memory_mib``),
+    and make it importable in discovery's probe child too (all undone with the monkeypatch)."""
+    monkeypatch.setenv("HAMI_FAKE_NVML_GPUS", json.dumps(list(gpus)))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(FAKEDRIVER), os.environ.get("PYTHONPATH")])))
     spec = importlib.util.spec_from_file_location("pynvml", FAKEDRIVER / "pynvml.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

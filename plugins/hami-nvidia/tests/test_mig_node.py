@@ -10,7 +10,6 @@ Allocate over real gRPC with the kubelet v1beta1 protobuf; the cluster is the in
 from __future__ import annotations
 
 import json
-import os
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,7 +18,7 @@ from typing import Any
 
 import grpc
 import pytest
-from nvml_testlib import FAKEDRIVER, device_plugins, load_fake_pynvml
+from nvml_testlib import device_plugins, load_fake_pynvml
 
 from hami_core.cluster.memory import MemoryCluster
 from hami_core.node.app import DevicePluginApp
@@ -44,16 +43,13 @@ def install_driver(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, gpus: list[t
                    mode: str = "mig") -> ModuleType:
     """The fake driver with ``gpus`` ``(uuid, name)``, importable as ``pynvml`` here and in the probe child,
     and a per-node config.json putting this node in ``mode``."""
-    monkeypatch.setenv("HAMI_FAKE_NVML_GPUS", json.dumps(
-        [{"uuid": u, "name": name, "memory_mib": 40960} for u, name in gpus]))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(FAKEDRIVER), os.environ.get("PYTHONPATH")])))
     monkeypatch.setenv("DP_DISABLE_HEALTHCHECKS", "all")
     monkeypatch.delenv(detect.OVERRIDE_ENV, raising=False)
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"nodeconfig": [{"name": "other", "operatingmode": "hami-core"},
                                                  {"name": NODE, "operatingmode": mode}]}))
     monkeypatch.setenv("HAMI_NVIDIA_NODE_CONFIG", str(config))
-    return load_fake_pynvml(monkeypatch)
+    return load_fake_pynvml(monkeypatch, [{"uuid": u, "name": name, "memory_mib": 40960} for u, name in gpus])
 
 
 @pytest.fixture

@@ -8,9 +8,7 @@ process on the same fake, and a fake kubelet reads ListAndWatch over real gRPC (
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import sys
 import threading
 import time
@@ -20,7 +18,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from nvml_testlib import FAKEDRIVER, device_plugins, load_fake_pynvml
+from nvml_testlib import device_plugins, load_fake_pynvml
 
 from hami_core.cluster.memory import MemoryCluster
 from hami_core.node.app import DevicePluginApp
@@ -45,12 +43,9 @@ XID_EVENTS = 0x8 | 0x2 | 0x1  # XidCriticalError | DoubleBitEcc | SingleBitEcc
 @pytest.fixture
 def nvml(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     """The fake driver, importable as ``pynvml`` here and in the discovery child, with three H200s."""
-    monkeypatch.setenv("HAMI_FAKE_NVML_GPUS", json.dumps(
-        [{"uuid": u, "name": "NVIDIA H200", "memory_mib": 143771} for u in UUIDS]))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(FAKEDRIVER), os.environ.get("PYTHONPATH")])))
     for var in (detect.OVERRIDE_ENV, "DP_DISABLE_HEALTHCHECKS", "DP_ENABLE_HEALTHCHECKS"):
         monkeypatch.delenv(var, raising=False)
-    return load_fake_pynvml(monkeypatch)
+    return load_fake_pynvml(monkeypatch, [{"uuid": u, "name": "NVIDIA H200", "memory_mib": 143771} for u in UUIDS])
 
 
 @pytest.fixture
