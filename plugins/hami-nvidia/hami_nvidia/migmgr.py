@@ -221,32 +221,35 @@ class MigManager:
                            "the GPU needs a reset")
 
     def _gpu_instances(self, handle: Any) -> list[Any]:
-        """Every GPU instance on the GPU, over all GPU-instance profiles."""
         nv = self.nvml
-        out = []
-        for index in range(int(getattr(nv, "NVML_GPU_INSTANCE_PROFILE_COUNT", 10))):
-            try:
-                info = nv.nvmlDeviceGetGpuInstanceProfileInfo(handle, index)
-            except self.error:
-                continue
-            array = (nv.c_nvmlGpuInstance_t * max(int(info.instanceCount), 1))()
-            count = ctypes.c_uint(0)
-            nv.nvmlDeviceGetGpuInstances(handle, info.id, array, ctypes.byref(count))
-            out.extend(array[k] for k in range(count.value))
-        return out
+        return self._instances(int(getattr(nv, "NVML_GPU_INSTANCE_PROFILE_COUNT", 10)),
+                               lambda index: nv.nvmlDeviceGetGpuInstanceProfileInfo(handle, index),
+                               nv.c_nvmlGpuInstance_t,
+                               lambda profile, array, count: nv.nvmlDeviceGetGpuInstances(
+                                   handle, profile, array, count))
 
     def _compute_instances(self, gi: Any) -> list[Any]:
         nv = self.nvml
-        out = []
-        for index in range(int(getattr(nv, "NVML_COMPUTE_INSTANCE_PROFILE_COUNT", 8))):
+        return self._instances(int(getattr(nv, "NVML_COMPUTE_INSTANCE_PROFILE_COUNT", 8)),
+                               lambda index: nv.nvmlGpuInstanceGetComputeInstanceProfileInfo(
+                                   gi, index, nv.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED),
+                               nv.c_nvmlComputeInstance_t,
+                               lambda profile, array, count: nv.nvmlGpuInstanceGetComputeInstances(
+                                   gi, profile, array, count))
+
+    def _instances(self, profiles: int, profile_info: Callable[[int], Any], handle_type: Any,
+                   fetch: Callable[[int, Any, Any], Any]) -> list[Any]:
+        """Every instance of every profile index below ``profiles`` (GPU or compute instances: NVML lists them the
+        same way); a profile the card does not have raises and is skipped."""
+        out: list[Any] = []
+        for index in range(profiles):
             try:
-                info = nv.nvmlGpuInstanceGetComputeInstanceProfileInfo(
-                    gi, index, nv.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+                info = profile_info(index)
             except self.error:
                 continue
-            array = (nv.c_nvmlComputeInstance_t * max(int(info.instanceCount), 1))()
+            array = (handle_type * max(int(info.instanceCount), 1))()
             count = ctypes.c_uint(0)
-            nv.nvmlGpuInstanceGetComputeInstances(gi, info.id, array, ctypes.byref(count))
+            fetch(info.id, array, ctypes.byref(count))
             out.extend(array[k] for k in range(count.value))
         return out
 

@@ -25,6 +25,8 @@ from hami_core.node.fake_kubelet import FakeKubelet
 from hami_nvidia import detect
 
 FAKEDRIVER = Path(__file__).parent / "fakedriver"
+#: The node the device-plugin tests run as.
+NODE = "gpu-node"
 
 
 def load_fake_pynvml(monkeypatch: pytest.MonkeyPatch, gpus: Sequence[Mapping[str, Any]]) -> ModuleType:

@@ -18,18 +18,17 @@ from typing import Any
 
 import grpc
 import pytest
-from nvml_testlib import device_plugins, load_fake_pynvml
+from nvml_testlib import NODE, device_plugins, load_fake_pynvml
 
 from hami_core.cluster.memory import MemoryCluster
 from hami_core.node.app import DevicePluginApp
-from hami_core.node.fake_kubelet import FakeKubelet, running_kubelet
+from hami_core.node.fake_kubelet import FakeKubelet
 from hami_core.plugins.types import Placement
 from hami_core.wire import keys
 from hami_core.wire.mig import MigAllocation, decode_mig_allocations, encode_mig_allocations
 from hami_core.wire.nodes import decode_node_devices_json
 from hami_nvidia import detect
 
-NODE = "gpu-node"
 UUID0 = "GPU-0f0e0d0c-0000-1111-2222-333344445555"
 UUID1 = "GPU-1a1b1c1d-0000-1111-2222-333344445555"
 UUID2 = "GPU-2b2c2d2e-0000-1111-2222-333344445555"
@@ -50,17 +49,6 @@ def install_driver(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, gpus: list[t
                                                  {"name": NODE, "operatingmode": mode}]}))
     monkeypatch.setenv("HAMI_NVIDIA_NODE_CONFIG", str(config))
     return load_fake_pynvml(monkeypatch, [{"uuid": u, "name": name, "memory_mib": 40960} for u, name in gpus])
-
-
-@pytest.fixture
-def kubelet() -> Iterator[FakeKubelet]:
-    with running_kubelet("hmig") as k:
-        yield k
-
-
-@pytest.fixture
-def cluster() -> MemoryCluster:
-    return MemoryCluster(nodes=[{"kind": "Node", "metadata": {"name": NODE, "annotations": {}}}])
 
 
 @pytest.fixture

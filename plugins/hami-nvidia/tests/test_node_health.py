@@ -18,19 +18,18 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from nvml_testlib import device_plugins, load_fake_pynvml
+from nvml_testlib import NODE, device_plugins, load_fake_pynvml
 
 from hami_core.cluster.memory import MemoryCluster
 from hami_core.node.app import DevicePluginApp
 from hami_core.node.deviceplugin.v1beta1 import api_pb2 as pb
-from hami_core.node.fake_kubelet import FakeKubelet, running_kubelet
+from hami_core.node.fake_kubelet import FakeKubelet
 from hami_core.plugins.types import DeviceInfo
 from hami_core.wire import keys
 from hami_core.wire.nodes import decode_node_devices_json
 from hami_nvidia import detect
 from hami_nvidia.node import IGNORED_XIDS, XidHealthWatcher, watch_health
 
-NODE = "gpu-node"
 UUID0 = "GPU-0f0e0d0c-0000-1111-2222-333344445555"
 UUID1 = "GPU-1a1b1c1d-0000-1111-2222-333344445555"
 UUID2 = "GPU-2b2c2d2e-0000-1111-2222-333344445555"
@@ -46,17 +45,6 @@ def nvml(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     for var in (detect.OVERRIDE_ENV, "DP_DISABLE_HEALTHCHECKS", "DP_ENABLE_HEALTHCHECKS"):
         monkeypatch.delenv(var, raising=False)
     return load_fake_pynvml(monkeypatch, [{"uuid": u, "name": "NVIDIA H200", "memory_mib": 143771} for u in UUIDS])
-
-
-@pytest.fixture
-def kubelet() -> Iterator[FakeKubelet]:
-    with running_kubelet("hnh") as k:
-        yield k
-
-
-@pytest.fixture
-def cluster() -> MemoryCluster:
-    return MemoryCluster(nodes=[{"kind": "Node", "metadata": {"name": NODE, "annotations": {}}}])
 
 
 @pytest.fixture
