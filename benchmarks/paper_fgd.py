@@ -4,6 +4,9 @@ Weng et al. (ATC'23) ran FGD in their Kubernetes scheduler simulator (hkust-adsl
 ``FGDScore`` with ``gpuSelMethod: FGD``). This script replays a trace with that policy's semantics, in plain
 numpy, so the engine's ``fgd`` policy can be compared with the paper's algorithm on identical task lists:
 
+* a task goes only to nodes with enough free CPU and memory (kube-scheduler's NodeResourcesFit, which the
+  simulator runs) that offer its GPU count and model; the fragmentation measure reads CPU alone (memory is not
+  part of the simulator's ``NodeResource``);
 * typical pods: every distinct (CPU, GPU milli, GPU count, allowed models) of the original trace, CPU-only tasks
   included, most popular first up to 95 % of the tasks (the simulator's ``typicalPodsConfig`` defaults);
 * a node's fragmentation under a typical pod: all its free GPU share if the pod cannot run there (CPU, GPU count,
@@ -46,12 +49,13 @@ SCORE_STEPS = 100  # framework.MaxNodeScore
 
 
 class Cluster:
-    """Free CPU and free GPU milli per node (``-1`` pads nodes with fewer GPUs than the largest)."""
+    """Free CPU, memory and GPU milli per node (``-1`` pads nodes with fewer GPUs than the largest)."""
 
     def __init__(self, trace_dir: Path) -> None:
         nodes = openb.load_nodes(str(trace_dir / "openb_node_list_gpu_node.csv"))
         width = max(n.gpus for n in nodes)
         self.cpu = np.array([n.cpu_milli for n in nodes], dtype=float)
+        self.mem = np.array([n.memory_mib for n in nodes], dtype=float)
         self.gpu = np.full((len(nodes), width), -1.0)
         for i, n in enumerate(nodes):
             self.gpu[i, :n.gpus] = FULL
@@ -99,11 +103,11 @@ def replay(cluster: Cluster, tasks: list[SimPod], stream: list[SimPod], seed: in
     """Place ``stream`` with the paper's FGD; the allocation ratio (%) when arrived demand reaches capacity."""
     frag = Fragmentation(tasks, cluster)
     rng = random.Random(seed * 7919)
-    cpu, gpu = cluster.cpu.copy(), cluster.gpu.copy()
+    cpu, mem, gpu = cluster.cpu.copy(), cluster.mem.copy(), cluster.gpu.copy()
     arrived = allocated = 0.0
     for task in stream:
         arrived += task.gpu_demand
-        ok = (cpu >= task.cpu_milli) & cluster.model_ok(task.models)
+        ok = (cpu >= task.cpu_milli) & (mem >= task.memory_mib) & cluster.model_ok(task.models)
         shared = task.num_gpu == 1 and task.per_gpu < FULL
         if shared:
             ok &= (gpu >= task.per_gpu).any(1)
@@ -134,6 +138,7 @@ def replay(cluster: Cluster, tasks: list[SimPod], stream: list[SimPod], seed: in
             k = int(top[rng.randrange(len(top))]) if ties == "random" else int(top[0])
             node = rows[k]
             cpu[node] -= task.cpu_milli
+            mem[node] -= task.memory_mib
             if shared:
                 gpu[node, choice[k]] -= task.per_gpu
             elif task.num_gpu:

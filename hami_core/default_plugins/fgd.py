@@ -33,8 +33,10 @@ from hami_core.plugins.types import GpuPolicy, NodeBatch, PolicyInfo
 FGD = "fgd"
 #: Score of a node where the pod's devices cannot go at all (the fit rejects it anyway).
 INFEASIBLE = -1e12
-#: One step of the quantised growth score outweighs any packing tie-break (which is 0-20).
+#: One step of the quantised growth score outweighs any tie-break (packing: 0-20; order: 0-50).
 _BUCKET = 100.0
+#: Table rows the ``order`` tie-break tells apart (more than any cluster has nodes).
+_ROW_SPAN = float(2**31)
 
 
 def quantised_score(growth: np.ndarray, steps: int = 100) -> np.ndarray:
@@ -54,6 +56,11 @@ def packing_scores(totals: np.ndarray) -> np.ndarray:
     t = np.array(totals, dtype=float, copy=True).reshape(-1, 6)
     t[:, 0] = 0.0
     return default_scores(t)
+
+
+def order_scores(rows: np.ndarray) -> np.ndarray:
+    """The ``order`` tie-break: 50 for the node the scheduler learned first (table row 0), falling with the row."""
+    return 50.0 * (1.0 - np.asarray(rows, dtype=float) / _ROW_SPAN)
 
 
 def device_select(policy: GpuPolicy) -> str:
@@ -76,10 +83,13 @@ def hami_scheduling_policies() -> list[PolicyInfo]:
 def hami_prescore_nodes(pod: Mapping[str, Any], batch: NodeBatch, policy: GpuPolicy) -> np.ndarray | None:
     if policy.node != FGD:
         return None
-    tie = packing_scores(batch.totals)
     workload = batch.workload
+    if isinstance(workload, Workload) and workload.ties == "order":
+        tie = order_scores(batch.rows if batch.rows is not None else np.arange(len(batch.nodes)))
+    else:
+        tie = packing_scores(batch.totals)
     if not isinstance(workload, Workload) or not workload.classes:
-        return tie  # nothing learned yet (or a hand-built batch): plain binpack
+        return tie  # nothing learned yet (or a hand-built batch): the tie-break alone
     select = device_select(policy)
     if batch.cache is not None and batch.rows is not None and batch.generations is not None:
         state = batch.cache.get(FGD)

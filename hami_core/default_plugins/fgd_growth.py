@@ -425,7 +425,7 @@ class FgdState:
         """The backends whose devices the growth reads: the pod's, or (no device) every backend of the mix."""
         if shapes:
             return list(dict.fromkeys(s.backend for s in shapes))
-        return sorted({c[0].backend for c in workload.classes})
+        return workload.backends
 
     def _mixes(self, shapes: tuple[Shape, ...], workload: Workload) -> dict[str, Mix]:
         return {b: self.stores[b].mix_for(workload.version, workload.for_backend(b))

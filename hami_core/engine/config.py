@@ -9,13 +9,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from hami_core.engine.policy import validate_gpu_policy
-from hami_core.engine.workload import Shape
+from hami_core.engine.workload import DEVICELESS, Shape
 from hami_core.plugins.errors import ConfigError
 from hami_core.plugins.types import MEM_PERCENTAGE_UNSET
 from hami_core.wire import keys
@@ -29,12 +29,13 @@ DEFAULT_DEVICE_CONFIG: dict[str, Any] = {"nvidia": {}}
 
 
 class FgdClass(BaseModel):
-    """One request shape of a fixed workload mix (``scheduler.fgd.workload[]``)."""
+    """One request shape of a fixed workload mix (``scheduler.fgd.workload[]``). ``nums: 0`` is a class of pods
+    without devices: every free device share is a fragment for them (give only its weight and CPU/memory)."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
 
     backend: str = Field("NVIDIA", min_length=1)
-    nums: int = Field(1, gt=0)
+    nums: int = Field(1, ge=0)
     cores: int = Field(0, ge=0, le=100)
     memory: int = Field(0, ge=0, description="MiB per device")
     mem_percentage: int | None = Field(None, alias="memPercentage", ge=0, le=100)
@@ -45,7 +46,17 @@ class FgdClass(BaseModel):
     cpu_milli: float = Field(0, alias="cpuMilli", ge=0)
     host_memory: float = Field(0, alias="hostMemoryMiB", ge=0)
 
+    @model_validator(mode="after")
+    def _deviceless(self) -> FgdClass:
+        if self.nums == 0 and (self.cores or self.memory or self.mem_percentage is not None or self.types
+                               or self.nouse_types):
+            raise ValueError("a class with nums: 0 (pods without devices) takes no cores, memory, memPercentage, "
+                             "types or nouseTypes")
+        return self
+
     def shape(self) -> Shape:
+        if self.nums == 0:
+            return DEVICELESS
         pct = MEM_PERCENTAGE_UNSET if self.mem_percentage is None else self.mem_percentage
         return Shape(self.backend, self.nums, self.cores, self.memory, pct,
                      tuple(t.upper() for t in self.types), tuple(t.upper() for t in self.nouse_types))
@@ -68,6 +79,9 @@ class FgdConfig(BaseModel):
     #: MiB of growth caches the policy keeps (least recently used request signatures dropped first); 0 = none
     #: kept between decisions. The default holds ~100 signatures of a 5,000-node cluster (docs/fgd.md, Cost).
     cache_mib: int = Field(256, alias="cacheMiB", ge=0)
+    #: How nodes in one score step are ordered: ``packing`` (the fullest first) or ``order`` (the node the
+    #: scheduler learned first, as the paper's simulator does; see ``TIE_BREAKS``).
+    ties: Literal["packing", "order"] = "packing"
     #: A fixed mix; when given, online learning is off.
     workload: tuple[FgdClass, ...] = ()
 

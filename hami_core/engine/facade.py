@@ -128,7 +128,7 @@ class Engine:
         #: The request mix seen so far (or given in config), for fragmentation-aware policies.
         self.workload = WorkloadModel(fgd.window, tolerance=fgd.tolerance, coverage=fgd.coverage,
                                       fixed=fgd.fixed_mix(), score_steps=fgd.score_steps,
-                                      cache_mib=fgd.cache_mib)
+                                      cache_mib=fgd.cache_mib, ties=fgd.ties)
         self._all_pod_policies: frozenset[str] | None = None
         #: Plugins' caches that live as long as this engine (``NodeBatch.cache``).
         self.plugin_cache: dict[str, Any] = {}

@@ -115,7 +115,7 @@ class Mix:
         #: ``(classes, types + 1)``: the types each class accepts, padding last (never); None: all accept.
         self.type_ok: np.ndarray | None = None
         self._groups: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-        if any(s.use_types or s.nouse_types for s in self.shapes):
+        if any(s.use_types or s.nouse_types or s.deviceless for s in self.shapes):
             self.type_ok = np.array([[s.accepts(t) for t in self.types] + [False] for s in self.shapes], dtype=bool)
 
     def __len__(self) -> int:

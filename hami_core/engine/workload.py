@@ -18,8 +18,8 @@ from typing import Any
 from hami_core.plugins.types import MEM_PERCENTAGE_UNSET, ContainerRequests, DeviceBackend
 from hami_core.wire.common import split_list
 
-__all__ = ["CPU_STEP", "DEFAULT_SCORE_STEPS", "TYPED_SCORE_STEPS", "MixClass", "Shape", "Workload", "WorkloadModel",
-           "pod_shapes"]
+__all__ = ["CPU_STEP", "DEFAULT_SCORE_STEPS", "DEVICELESS", "TIE_BREAKS", "TYPED_SCORE_STEPS", "MixClass", "Shape",
+           "Workload", "WorkloadModel", "pod_shapes"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +27,8 @@ class Shape:
     """What one container asks of one backend, as the workload mix counts it.
 
     ``use_types``/``nouse_types`` are the pod's type selections (upper case substrings of the device
-    type, as HAMi's type check matches them).
+    type, as HAMi's type check matches them). ``nums == 0`` is a pod without devices (:data:`DEVICELESS`): it
+    accepts no device, so every free share is a fragment for it (the paper's CPU-only typical pods).
     """
 
     backend: str
@@ -52,7 +53,13 @@ class Shape:
         return Shape, (self.backend, self.nums, self.cores, self.memreq, self.mem_percentage, self.use_types,
                        self.nouse_types)
 
+    @property
+    def deviceless(self) -> bool:
+        return self.nums == 0
+
     def accepts(self, device_type: str) -> bool:
+        if self.nums == 0:
+            return False
         card = device_type.upper()
         if self.use_types and not any(t in card for t in self.use_types):
             return False
@@ -69,6 +76,12 @@ DEFAULT_SCORE_STEPS = 25
 TYPED_SCORE_STEPS = 100
 #: CPU requests are grouped in steps of this many milli-CPU (a class per shape and CPU step).
 CPU_STEP = 500
+#: The shape of a pod without devices: a class of them sits in every backend's mix and can use no device.
+DEVICELESS = Shape("", 0)
+#: How the ``fgd`` node policy breaks ties between nodes in one score step (``scheduler.fgd.ties``): the fullest
+#: node (``packing``), or the node the scheduler learned first (``order``: the cluster file's order in ``hami
+#: simulate``; in a cluster, the API server's list order, by name, then nodes as they join).
+TIE_BREAKS = ("packing", "order")
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +95,8 @@ class Workload:
     score_steps: int | None = None
     #: MiB of caches a policy reading the mix may keep (``scheduler.fgd.cacheMiB``).
     cache_mib: int = 256
+    #: How nodes in one score step are ordered (:data:`TIE_BREAKS`).
+    ties: str = "packing"
 
     @property
     def steps(self) -> int:
@@ -91,13 +106,18 @@ class Workload:
         fewer classes need)."""
         if self.score_steps is not None:
             return self.score_steps
-        if any(c[0].use_types or c[0].nouse_types for c in self.classes):
+        if any((c[0].use_types or c[0].nouse_types) and not c[0].deviceless for c in self.classes):
             return TYPED_SCORE_STEPS
         return DEFAULT_SCORE_STEPS
 
     def for_backend(self, backend: str) -> list[MixClass]:
-        """The classes that ask ``backend``."""
-        return [c for c in self.classes if c[0].backend == backend]
+        """The classes that ask ``backend``, and those of pods without devices (which no device serves)."""
+        return [c for c in self.classes if c[0].backend == backend or c[0].deviceless]
+
+    @property
+    def backends(self) -> list[str]:
+        """The backends some class asks, sorted."""
+        return sorted({c[0].backend for c in self.classes if not c[0].deviceless})
 
 
 def pod_shapes(pod: Mapping[str, Any], requests: ContainerRequests,
@@ -126,12 +146,14 @@ class WorkloadModel:
     :param tolerance: publish a new snapshot when the mix has moved by more than this (total variation).
     :param coverage: keep the most popular classes that together cover this fraction of pods (the rest
         are rare shapes that cost time and barely move the score).
-    :param fixed: a mix given in config; online learning is then off.
+    :param fixed: a mix given in config; online learning is then off. Weights are each class's share of all pods:
+        weights summing to at most 1 are used as given (the rest of the pods add no fragments, as the paper's
+        typical pods cover 95 % of them); larger sums are relative and normalised to 1.
     """
 
     def __init__(self, window: int = 1000, *, tolerance: float = 0.02, coverage: float = 0.95,
                  fixed: Sequence[MixClass] | None = None,
-                 score_steps: int | None = None, cache_mib: int = 256) -> None:
+                 score_steps: int | None = None, cache_mib: int = 256, ties: str = "packing") -> None:
         if window <= 0:
             raise ValueError(f"window must be > 0, got {window}")
         self.window = window
@@ -144,11 +166,12 @@ class WorkloadModel:
         self._weights: dict[tuple[Shape, int], float] = {}
         self.score_steps = score_steps
         self.cache_mib = cache_mib
-        self._snapshot = Workload(0, score_steps=score_steps, cache_mib=cache_mib)
+        self.ties = ties
+        self._snapshot = Workload(0, score_steps=score_steps, cache_mib=cache_mib, ties=ties)
         if fixed:
-            total = sum(c[1] for c in fixed) or 1.0
+            total = max(sum(c[1] for c in fixed), 1.0)
             self._snapshot = Workload(0, tuple((s, w / total, cpu, mem) for s, w, cpu, mem in fixed), score_steps,
-                                      cache_mib)
+                                      cache_mib, ties)
 
     @property
     def learning(self) -> bool:
@@ -200,5 +223,5 @@ class WorkloadModel:
                 kept.append((k[0], w, float(k[1]), self._mem[k] / self._counts[k]))
             self._snapshot = Workload(self._snapshot.version + 1,
                                       tuple((s, w / covered, cpu, mem) for s, w, cpu, mem in kept), self.score_steps,
-                                      self.cache_mib)
+                                      self.cache_mib, self.ties)
         return self._snapshot

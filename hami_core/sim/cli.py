@@ -21,6 +21,7 @@ from hami_core.plugins.manager import get_plugin_manager
 from hami_core.sim import openb
 from hami_core.sim.experiment import Experiment, Policy, PolicyError, parse_seeds, resolve_policies, sim_pods
 from hami_core.sim.loader import InputError, bundled, load_file
+from hami_core.sim.mix import MIX_SOURCES
 from hami_core.sim.report import print_single, report_json, summary_table, usage_json
 from hami_core.sim.workload import from_task
 
@@ -69,6 +70,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--seeds", metavar="SPEC", help="several seeds: N-M or a comma list (e.g. 42-51)")
     run.add_argument("--inflate", type=float, default=1.3, metavar="X",
                      help="openb: top tasks up until demand is X times capacity (default 1.3)")
+    run.add_argument("--fgd-mix", choices=MIX_SOURCES, default="online",
+                     help="the fgd policy's workload mix: learned from the pods seen (online, the default), or the "
+                          "task list's classes given up front (trace: the FGD paper's typical pods, CPU-only pods "
+                          "included, most popular covering scheduler.fgd.coverage)")
     out = parser.add_argument_group("output")
     out.add_argument("--report", metavar="PATH", help="write the JSON report here")
     out.add_argument("--html", metavar="PATH", help="write a self-contained HTML report with charts here")
@@ -157,10 +162,10 @@ def run(args: argparse.Namespace) -> int:
         seeds = parse_seeds(args.seeds) if args.seeds else [args.seed if args.seed is not None else 42]
     nodes, quotas, tasks, inputs = _inputs(args, probe)
     inputs.update(mode=mode, seeds=seeds, inflate=args.inflate if mode == "openb" else None,
-                  policies=[p.label for p in policies])
+                  policies=[p.label for p in policies], fgd_mix=args.fgd_mix)
     single = seeds is None and len(policies) == 1 and len(tasks) <= DETAIL_LIMIT
     experiment = Experiment(config, plugins, nodes, tasks, policies, seeds=seeds, inflate=args.inflate,
-                            keep_placements=single, quotas=quotas)
+                            keep_placements=single, quotas=quotas, fgd_mix=args.fgd_mix)
     console = Console(width=None if sys.stdout.isatty() else 140)
     err = Console(stderr=True)
     show_progress = not args.no_progress and not args.json and err.is_terminal
@@ -190,7 +195,8 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
         return 0
     header = (f"cluster: {inputs['cluster']} ({inputs['nodes']} nodes)   workload: {inputs['workload']} "
-              f"({inputs['tasks']} pods)   mode: {mode}" + (f"   seeds: {seeds}" if seeds else ""))
+              f"({inputs['tasks']} pods)   mode: {mode}" + (f"   seeds: {seeds}" if seeds else "")
+              + ("   fgd mix: given from the task list" if args.fgd_mix == "trace" else ""))
     if single and runs[0].engine is not None:
         print_single(console, runs[0].engine, runs[0], header)
     else:

@@ -13,6 +13,7 @@ from hami_core.engine.config import EngineConfig, SchedulerConfig
 from hami_core.engine.facade import Engine
 from hami_core.plugins.errors import AdmissionDenied, AdmissionFailed, HamiError
 from hami_core.sim.fragmentation import workload_classes
+from hami_core.sim.mix import trace_mix
 from hami_core.sim.replay import Replay, RunResult
 from hami_core.sim.workload import SimPod, from_pod, inflate
 
@@ -107,15 +108,30 @@ class Experiment:
     keep_placements: bool = False
     #: ResourceQuota objects of the cluster: a pod over its namespace's device quota fails (ResourceQuotaNotFit).
     quotas: Sequence[Mapping[str, Any]] = ()
+    #: Where the ``fgd`` policy's workload mix comes from (:data:`~hami_core.sim.mix.MIX_SOURCES`): ``trace`` gives
+    #: it the task list's classes up front (``scheduler.fgd.workload``), as the FGD paper's simulator does.
+    fgd_mix: str = "online"
 
-    def engine(self, policy: Policy) -> Engine:
+    def engine(self, policy: Policy, mix: Sequence[Mapping[str, Any]] = ()) -> Engine:
+        """An engine running ``policy``; ``mix``: ``scheduler.fgd.workload`` entries to give it (:meth:`given_mix`)."""
         sched = self.config.scheduler.model_dump()
         sched.update(node_scheduler_policy=policy.node, gpu_scheduler_policy=policy.gpu)
+        if mix:
+            sched["fgd"] = {**sched["fgd"], "workload": list(mix)}
         cfg = replace(self.config, scheduler=SchedulerConfig.model_validate(sched))
         engine = Engine(cfg, plugins=self.plugins)
         for quota in self.quotas:
             engine.upsert_quota(quota)
         return engine
+
+    def given_mix(self) -> list[dict[str, Any]]:
+        """The fgd mix given up front: the task list's classes for ``fgd_mix == "trace"``, else none (online)."""
+        if self.fgd_mix != "trace":
+            return []
+        probe = Engine(self.config, plugins=self.plugins)
+        for quota in self.quotas:  # pods over their namespace's quota never arrive
+            probe.upsert_quota(quota)
+        return trace_mix(probe, self.tasks, self.config.scheduler.fgd.coverage)
 
     def task_list(self, seed: int | None, capacity: int) -> list[SimPod]:
         if seed is None:
@@ -126,9 +142,10 @@ class Experiment:
             on_start: Callable[[Policy, int | None, int], None] | None = None) -> list[RunResult]:
         results = []
         task_lists: dict[int | None, list[SimPod]] = {}
+        mix = self.given_mix()
         for seed in (self.seeds if self.seeds is not None else [None]):
             for policy in self.policies:
-                replay = Replay(self.engine(policy), self.nodes, policy=policy.label, seed=seed,
+                replay = Replay(self.engine(policy, mix), self.nodes, policy=policy.label, seed=seed,
                                 keep_placements=self.keep_placements)
                 if seed not in task_lists:
                     task_lists[seed] = self.task_list(seed, replay.result.capacity_milli)

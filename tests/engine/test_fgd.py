@@ -138,7 +138,9 @@ def test_fixed_mix_from_config(make_engine: Any) -> None:
 @pytest.mark.parametrize(("fgd", "field"), [
     ({"window": 0}, "scheduler.fgd.window"),
     ({"coverage": 1.5}, "scheduler.fgd.coverage"),
-    ({"workload": [{"nums": 0}]}, "scheduler.fgd.workload.0.nums"),
+    ({"workload": [{"nums": -1}]}, "scheduler.fgd.workload.0.nums"),
+    ({"workload": [{"nums": 0, "cores": 10}]}, "scheduler.fgd.workload.0"),
+    ({"ties": "random"}, "scheduler.fgd.ties"),
     ({"workload": [{"cores": 101}]}, "scheduler.fgd.workload.0.cores"),
     ({"workload": [{"weight": -1}]}, "scheduler.fgd.workload.0.weight"),
     ({"workload": [{"color": "red"}]}, "scheduler.fgd.workload.0.color"),

@@ -1,0 +1,50 @@
+"""``hami simulate --fgd-mix trace``: the task list's classes given to the fgd policy up front, as the FGD paper's
+simulator gives it its typical pods."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from hami_core.cli import main
+from hami_core.engine.config import FgdConfig
+from hami_core.engine.facade import Engine
+from hami_core.engine.workload import DEVICELESS, Shape
+from hami_core.sim.mix import trace_mix
+from hami_core.sim.openb import Task
+from hami_core.sim.workload import from_task
+
+HALF = Shape("NVIDIA", 1, 50, 0, 50)
+
+
+def _tasks() -> list[Any]:
+    rows = ([Task(f"h{i}", 2000, 4096, 1, 500) for i in range(5)]
+            + [Task(f"c{i}", 8000, 1024, 0, 0) for i in range(3)]
+            + [Task("w", 4000, 2048, 1, 1000), Task("t", 2000, 4096, 1, 500, "T4")])
+    return [from_task(t) for t in rows]
+
+
+def test_classes_are_popularity_weighted_with_cpu_only_pods() -> None:
+    mix = trace_mix(Engine(), _tasks(), coverage=0.95)
+    assert [(e["nums"], e.get("cores"), e.get("types", ()), e["cpu_milli"], e["weight"]) for e in mix] == [
+        (1, 50, (), 2000, 0.5), (0, None, (), 8000, 0.3), (1, 100, (), 4000, 0.1), (1, 50, ("T4",), 2000, 0.1)]
+    assert mix[0]["host_memory"] == 4096 and mix[0]["mem_percentage"] == 50
+    # the most popular classes up to the coverage, weights not renormalised
+    assert [e["weight"] for e in trace_mix(Engine(), _tasks(), coverage=0.8)] == [0.5, 0.3]
+    # the entries are scheduler.fgd.workload classes
+    fixed = FgdConfig.model_validate({"workload": mix}).fixed_mix()
+    assert fixed is not None and [c[0] for c in fixed[:2]] == [HALF, DEVICELESS]
+
+
+def test_fgd_mix_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    """The bundled demo with the mix given up front: every pod still goes through the engine, and the report says
+    where the mix came from; an unknown source is a usage error."""
+    assert main(["simulate", "--policy", "fgd", "--fgd-mix", "trace", "--json", "--no-progress"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["inputs"]["fgd_mix"] == "trace"
+    (run,) = report["runs"]
+    assert run["placed"] + run["failed"] == run["tasks"] == 51
+    assert main(["simulate", "--fgd-mix", "oracle"]) == 2
+    assert "invalid choice: 'oracle'" in capsys.readouterr().err
