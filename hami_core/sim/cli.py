@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -21,7 +22,7 @@ from hami_core.plugins.manager import get_plugin_manager
 from hami_core.sim import openb
 from hami_core.sim.experiment import Experiment, Policy, PolicyError, parse_seeds, resolve_policies, sim_pods
 from hami_core.sim.loader import InputError, bundled, load_file
-from hami_core.sim.mix import MIX_SOURCES
+from hami_core.sim.mix import MIX_SOURCES, trace_mix, write_mix
 from hami_core.sim.report import print_single, report_json, summary_table, usage_json
 from hami_core.sim.workload import from_task
 
@@ -78,6 +79,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     out.add_argument("--report", metavar="PATH", help="write the JSON report here")
     out.add_argument("--html", metavar="PATH", help="write a self-contained HTML report with charts here")
     out.add_argument("--json", action="store_true", help="print the JSON report on stdout instead of tables")
+    out.add_argument("--mix-out", metavar="PATH",
+                     help="write the workload's mix as a scheduler.fgd.workload config (what --fgd-mix trace gives "
+                          "fgd): from a cluster's past pods, a fixed mix for its scheduler")
     out.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -142,7 +146,23 @@ def _print_policies(engine: Engine) -> int:
     return 0
 
 
+def _check_outputs(args: argparse.Namespace) -> None:
+    """Fail before a long experiment, not after it, when an output file cannot be written."""
+    for flag, path in (("--report", args.report), ("--html", args.html), ("--mix-out", args.mix_out)):
+        if not path:
+            continue
+        target = Path(path)
+        folder = target.parent if str(target.parent) else Path(".")
+        if target.is_dir():
+            raise InputError(f"{flag} {path}: is a directory")
+        if not folder.is_dir():
+            raise InputError(f"{flag} {path}: no such directory {folder}")
+        if not os.access(folder, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
+            raise InputError(f"{flag} {path}: not writable")
+
+
 def run(args: argparse.Namespace) -> int:
+    _check_outputs(args)
     config = _config(args)
     plugins = get_plugin_manager()
     probe = Engine(config, plugins=plugins)
@@ -163,6 +183,8 @@ def run(args: argparse.Namespace) -> int:
     nodes, quotas, tasks, inputs = _inputs(args, probe)
     inputs.update(mode=mode, seeds=seeds, inflate=args.inflate if mode == "openb" else None,
                   policies=[p.label for p in policies], fgd_mix=args.fgd_mix)
+    if args.mix_out:
+        write_mix(args.mix_out, trace_mix(probe, tasks, config.scheduler.fgd.coverage))
     single = seeds is None and len(policies) == 1 and len(tasks) <= DETAIL_LIMIT
     experiment = Experiment(config, plugins, nodes, tasks, policies, seeds=seeds, inflate=args.inflate,
                             keep_placements=single, quotas=quotas, fgd_mix=args.fgd_mix)
@@ -203,7 +225,7 @@ def run(args: argparse.Namespace) -> int:
         console.print(header)
     trace = Path(args.trace_pods).stem.removeprefix("openb_pod_list_") if args.trace_pods else ""
     console.print(summary_table(runs, paper=PAPER.get(trace)))
-    for path in (args.report, args.html):
+    for path in (args.report, args.html, args.mix_out):
         if path:
             console.print(f"wrote {path}")
     return 0

@@ -11,9 +11,13 @@ and exact CPU request (memory is the class mean), pods without devices as ``nums
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
+import yaml
+
+from hami_core.engine.config import FgdClass
 from hami_core.engine.facade import Engine
 from hami_core.engine.pods import host_requests
 from hami_core.engine.workload import DEVICELESS, Shape, pod_shapes
@@ -21,7 +25,7 @@ from hami_core.plugins.errors import AdmissionDenied, AdmissionFailed
 from hami_core.plugins.types import MEM_PERCENTAGE_UNSET
 from hami_core.sim.workload import SimPod
 
-__all__ = ["MIX_SOURCES", "trace_mix"]
+__all__ = ["MIX_SOURCES", "trace_mix", "write_mix"]
 
 #: ``--fgd-mix``: learned from the pods seen (``online``), or the task list's classes given up front (``trace``).
 MIX_SOURCES = ("online", "trace")
@@ -63,3 +67,18 @@ def _entry(shape: Shape, weight: float, cpu: int, mem: float) -> dict[str, Any]:
     if 0 <= shape.mem_percentage < MEM_PERCENTAGE_UNSET:  # a vendor's own marker (Enflame: -1) means none given
         entry["mem_percentage"] = shape.mem_percentage
     return entry
+
+
+def write_mix(path: str | Path, mix: Sequence[Mapping[str, Any]]) -> None:
+    """Write ``mix`` as a config file holding only ``scheduler.fgd.workload`` (the config's own field names), to
+    merge into a scheduler's config; defaults are left out."""
+    classes = [FgdClass.model_validate(entry).model_dump(mode="json", by_alias=True, exclude_defaults=True)
+               for entry in mix]
+    for c in classes:  # whole numbers read better in YAML
+        for key in ("cpuMilli", "hostMemoryMiB"):
+            if isinstance(c.get(key), float) and c[key].is_integer():
+                c[key] = int(c[key])
+    header = ("# scheduler.fgd.workload written by `hami simulate --mix-out`: each class's share of the pods "
+              "(docs/fgd.md)\n")
+    Path(path).write_text(header + yaml.safe_dump({"scheduler": {"fgd": {"workload": classes}}}, sort_keys=False),
+                          encoding="utf-8")

@@ -4,14 +4,19 @@ simulator gives it its typical pods."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from hami_core.cli import main
-from hami_core.engine.config import FgdConfig
+from hami_core.engine.config import FgdConfig, load_config
 from hami_core.engine.facade import Engine
 from hami_core.engine.workload import DEVICELESS, Shape
+from hami_core.plugins.manager import get_plugin_manager
+from hami_core.sim.experiment import sim_pods
+from hami_core.sim.loader import bundled, load_file
 from hami_core.sim.mix import trace_mix
 from hami_core.sim.openb import Task
 from hami_core.sim.workload import from_task
@@ -48,3 +53,29 @@ def test_fgd_mix_flag(capsys: pytest.CaptureFixture[str]) -> None:
     assert run["placed"] + run["failed"] == run["tasks"] == 51
     assert main(["simulate", "--fgd-mix", "oracle"]) == 2
     assert "invalid choice: 'oracle'" in capsys.readouterr().err
+
+
+def test_mix_out_writes_a_config_the_scheduler_loads(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--mix-out`` writes what ``--fgd-mix trace`` gives fgd as a ``scheduler.fgd.workload`` config: loaded as a
+    scheduler config it is the same mix (from a cluster's past pods, a fixed mix for its scheduler)."""
+    out = tmp_path / "mix.yaml"
+    assert main(["simulate", "--mix-out", str(out), "--no-progress"]) == 0
+    assert f"wrote {out}" in capsys.readouterr().out
+    loaded = load_config(out).scheduler.fgd.fixed_mix()
+    engine = Engine(load_config(yaml.safe_load(bundled("device-config.yaml"))), plugins=get_plugin_manager())
+    pods, _ = load_file(None, default="workload.yaml", kind="Pod")
+    expected = FgdConfig.model_validate({"workload": trace_mix(engine, sim_pods(engine, pods), 0.95)}).fixed_mix()
+    assert loaded is not None and loaded == expected
+    assert any(c[0] == DEVICELESS for c in loaded) and 0.9 < sum(c[1] for c in loaded) <= 1.0
+
+
+@pytest.mark.parametrize(("flag", "path", "message"), [
+    ("--mix-out", "{tmp}", "is a directory"),
+    ("--report", "{tmp}/missing/r.json", "no such directory"),
+    ("--html", "{tmp}/missing/r.html", "no such directory"),
+])
+def test_unwritable_outputs_fail_before_the_run(tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str,
+                                                path: str, message: str) -> None:
+    assert main(["simulate", flag, path.format(tmp=tmp_path), "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"hami: error: {flag} ") and message in err and "Traceback" not in err
