@@ -79,8 +79,9 @@ CPU_STEP = 500
 #: The shape of a pod without devices: a class of them sits in every backend's mix and can use no device.
 DEVICELESS = Shape("", 0)
 #: How the ``fgd`` node policy breaks ties between nodes in one score step (``scheduler.fgd.ties``): the fullest
-#: node (``packing``), or the node the scheduler learned first (``order``: the cluster file's order in ``hami
-#: simulate``; in a cluster, the API server's list order, by name, then nodes as they join).
+#: node (``packing``), or the node the scheduler learned first (``order``: its table row, so the cluster file's
+#: order in ``hami simulate``; in a cluster, the API server's list order, by name, then nodes as they join, a node
+#: joining after another left taking the row it freed).
 TIE_BREAKS = ("packing", "order")
 
 
@@ -156,6 +157,8 @@ class WorkloadModel:
                  score_steps: int | None = None, cache_mib: int = 256, ties: str = "packing") -> None:
         if window <= 0:
             raise ValueError(f"window must be > 0, got {window}")
+        if ties not in TIE_BREAKS:
+            raise ValueError(f"ties must be one of {', '.join(TIE_BREAKS)}, got {ties!r}")
         self.window = window
         self.tolerance = tolerance
         self.coverage = coverage

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pytest
 from core_helpers import acme, acme_device, make_node, make_pod, scheduled
 
 from hami_core.default_plugins.fgd_growth import node_growth
@@ -60,6 +61,8 @@ def test_fixed_weights_are_shares_of_all_pods(make_engine: Any) -> None:
     classes = engine.workload.snapshot().classes
     assert [(c[0], c[1], c[2]) for c in classes] == [(HALF, 0.5, 0.0), (DEVICELESS, 0.2, 4000.0)]
     assert WorkloadModel(fixed=[(HALF, 2.0, 0, 0), (DEVICELESS, 2.0, 0, 0)]).snapshot().classes[0][1] == 0.5
+    with pytest.raises(ValueError, match="ties must be one of packing, order, got 'first'"):
+        WorkloadModel(ties="first")
 
 
 def test_growth_with_a_deviceless_class_cached_and_fresh(make_engine: Any) -> None:
