@@ -58,7 +58,7 @@ class Shape:
         return self.nums == 0
 
     def accepts(self, device_type: str) -> bool:
-        if self.nums == 0:
+        if self.deviceless:
             return False
         card = device_type.upper()
         if self.use_types and not any(t in card for t in self.use_types):

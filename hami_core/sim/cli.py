@@ -22,7 +22,7 @@ from hami_core.plugins.manager import get_plugin_manager
 from hami_core.sim import openb
 from hami_core.sim.experiment import Experiment, Policy, PolicyError, parse_seeds, resolve_policies, sim_pods
 from hami_core.sim.loader import InputError, bundled, load_file
-from hami_core.sim.mix import MIX_SOURCES, trace_mix, write_mix
+from hami_core.sim.mix import MIX_SOURCES, write_mix
 from hami_core.sim.report import print_single, report_json, summary_table, usage_json
 from hami_core.sim.workload import from_task
 
@@ -183,11 +183,11 @@ def run(args: argparse.Namespace) -> int:
     nodes, quotas, tasks, inputs = _inputs(args, probe)
     inputs.update(mode=mode, seeds=seeds, inflate=args.inflate if mode == "openb" else None,
                   policies=[p.label for p in policies], fgd_mix=args.fgd_mix)
-    if args.mix_out:
-        write_mix(args.mix_out, trace_mix(probe, tasks, config.scheduler.fgd.coverage))
     single = seeds is None and len(policies) == 1 and len(tasks) <= DETAIL_LIMIT
     experiment = Experiment(config, plugins, nodes, tasks, policies, seeds=seeds, inflate=args.inflate,
                             keep_placements=single, quotas=quotas, fgd_mix=args.fgd_mix)
+    if args.mix_out:
+        write_mix(args.mix_out, experiment.task_mix())
     console = Console(width=None if sys.stdout.isatty() else 140)
     err = Console(stderr=True)
     show_progress = not args.no_progress and not args.json and err.is_terminal

@@ -126,8 +126,10 @@ class Experiment:
 
     def given_mix(self) -> list[dict[str, Any]]:
         """The fgd mix given up front: the task list's classes for ``fgd_mix == "trace"``, else none (online)."""
-        if self.fgd_mix != "trace":
-            return []
+        return self.task_mix() if self.fgd_mix == "trace" else []
+
+    def task_mix(self) -> list[dict[str, Any]]:
+        """The task list's classes as ``scheduler.fgd.workload`` entries (:func:`~hami_core.sim.mix.trace_mix`)."""
         probe = Engine(self.config, plugins=self.plugins)
         for quota in self.quotas:  # pods over their namespace's quota never arrive
             probe.upsert_quota(quota)
