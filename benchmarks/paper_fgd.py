@@ -41,7 +41,7 @@ import numpy as np
 
 from hami_core.sim import openb
 from hami_core.sim.experiment import parse_seeds
-from hami_core.sim.workload import SimPod, from_task, inflate
+from hami_core.sim.workload import PROTOCOLS, SimPod, from_task, inflate, node_ranks
 
 FULL = 1000.0  # one whole GPU, in milli
 COVERAGE = 0.95  # podPopularityThreshold
@@ -51,8 +51,10 @@ SCORE_STEPS = 100  # framework.MaxNodeScore
 class Cluster:
     """Free CPU, memory and GPU milli per node (``-1`` pads nodes with fewer GPUs than the largest)."""
 
-    def __init__(self, trace_dir: Path) -> None:
+    def __init__(self, trace_dir: Path, ranks: list[int] | None = None) -> None:
         nodes = openb.load_nodes(str(trace_dir / "openb_node_list_gpu_node.csv"))
+        if ranks is not None:  # the paper protocol's node order (hami_core.sim.workload.node_order)
+            nodes = [n for _, n in sorted(zip(ranks, nodes, strict=True), key=lambda item: item[0])]
         width = max(n.gpus for n in nodes)
         self.cpu = np.array([n.cpu_milli for n in nodes], dtype=float)
         self.mem = np.array([n.memory_mib for n in nodes], dtype=float)
@@ -159,6 +161,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ties", choices=("first", "random"), default="first",
                         help="among nodes with the best score: the first in node-list order (default) or uniformly at "
                              "random (upstream kube-scheduler's selectHost)")
+    parser.add_argument("--protocol", choices=PROTOCOLS, default="shuffled",
+                        help="how a seed draws the task list and node order, as hami simulate --protocol (default "
+                             "shuffled; paper: the FGD paper simulator's)")
     args = parser.parse_args(argv)
     pods_csv = args.traces / f"openb_pod_list_{args.trace}.csv"
     if not pods_csv.is_file():
@@ -169,7 +174,9 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for seed in parse_seeds(args.seeds):
         t0 = time.perf_counter()
-        stream = inflate(tasks, int(cluster.capacity), args.inflate, random.Random(seed))
+        if args.protocol == "paper":
+            cluster = Cluster(args.traces, node_ranks(len(cluster.cpu), seed))
+        stream = inflate(tasks, int(cluster.capacity), args.inflate, random.Random(seed), args.protocol)
         ratio = replay(cluster, tasks, stream, seed, args.ties)
         results.append(ratio)
         print(f"{args.trace} seed {seed}: allocation at 100 % = {ratio:.2f} % ({time.perf_counter() - t0:.0f} s)",

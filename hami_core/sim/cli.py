@@ -24,7 +24,7 @@ from hami_core.sim.experiment import Experiment, Policy, PolicyError, parse_seed
 from hami_core.sim.loader import InputError, bundled, load_file
 from hami_core.sim.mix import MIX_SOURCES, write_mix
 from hami_core.sim.report import print_single, report_json, summary_table, usage_json
-from hami_core.sim.workload import from_task
+from hami_core.sim.workload import PROTOCOLS, from_task
 
 #: GPU allocation ratio at 100 % arrived demand, mean of 10 seeds (traces/openb/README.md).
 PAPER = {
@@ -71,6 +71,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--seeds", metavar="SPEC", help="several seeds: N-M or a comma list (e.g. 42-51)")
     run.add_argument("--inflate", type=float, default=1.3, metavar="X",
                      help="openb: top tasks up until demand is X times capacity (default 1.3)")
+    run.add_argument("--protocol", choices=PROTOCOLS, default="shuffled",
+                     help="openb: how each seed draws the task list and node order. shuffled (default): the tasks "
+                          "topped up with random copies, all shuffled, nodes in file order; paper: as the FGD "
+                          "paper's simulator, the tasks shuffled with the copies after them, and the nodes renamed "
+                          "NNNN-<name> into a random order, so ties between equal scores go to a random node")
     run.add_argument("--fgd-mix", choices=MIX_SOURCES, default="online",
                      help="the fgd policy's workload mix: learned from the pods seen (online, the default), or the "
                           "task list's classes given up front (trace: the FGD paper's typical pods, CPU-only pods "
@@ -177,15 +182,19 @@ def run(args: argparse.Namespace) -> int:
         raise PolicyError("--seed and --seeds are exclusive")
     if mode == "arrival" and seeded:
         raise PolicyError("--seed/--seeds apply to --mode openb (arrival order has no randomness)")
+    if mode == "arrival" and args.protocol != "shuffled":
+        raise PolicyError(f"--protocol {args.protocol} applies to --mode openb (arrival order draws nothing)")
     seeds = None
     if mode == "openb":
         seeds = parse_seeds(args.seeds) if args.seeds else [args.seed if args.seed is not None else 42]
     nodes, quotas, tasks, inputs = _inputs(args, probe)
     inputs.update(mode=mode, seeds=seeds, inflate=args.inflate if mode == "openb" else None,
-                  policies=[p.label for p in policies], fgd_mix=args.fgd_mix)
+                  policies=[p.label for p in policies], fgd_mix=args.fgd_mix,
+                  protocol=args.protocol if mode == "openb" else None)
     single = seeds is None and len(policies) == 1 and len(tasks) <= DETAIL_LIMIT
     experiment = Experiment(config, plugins, nodes, tasks, policies, seeds=seeds, inflate=args.inflate,
-                            keep_placements=single, quotas=quotas, fgd_mix=args.fgd_mix)
+                            keep_placements=single, quotas=quotas, fgd_mix=args.fgd_mix,
+                            protocol=args.protocol)
     if args.mix_out:
         write_mix(args.mix_out, experiment.task_mix())
     console = Console(width=None if sys.stdout.isatty() else 140)
@@ -218,7 +227,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     header = (f"cluster: {inputs['cluster']} ({inputs['nodes']} nodes)   workload: {inputs['workload']} "
               f"({inputs['tasks']} pods)   mode: {mode}" + (f"   seeds: {seeds}" if seeds else "")
-              + ("   fgd mix: given from the task list" if args.fgd_mix == "trace" else ""))
+              + ("   fgd mix: given from the task list" if args.fgd_mix == "trace" else "")
+              + ("   protocol: the FGD paper's" if mode == "openb" and args.protocol == "paper" else ""))
     if single and runs[0].engine is not None:
         print_single(console, runs[0].engine, runs[0], header)
     else:

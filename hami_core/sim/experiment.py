@@ -15,7 +15,7 @@ from hami_core.plugins.errors import AdmissionDenied, AdmissionFailed, HamiError
 from hami_core.sim.fragmentation import workload_classes
 from hami_core.sim.mix import trace_mix
 from hami_core.sim.replay import Replay, RunResult
-from hami_core.sim.workload import SimPod, from_pod, inflate
+from hami_core.sim.workload import SimPod, from_pod, inflate, node_order
 
 
 class PolicyError(HamiError):
@@ -111,6 +111,8 @@ class Experiment:
     #: Where the ``fgd`` policy's workload mix comes from (:data:`~hami_core.sim.mix.MIX_SOURCES`): ``trace`` gives
     #: it the task list's classes up front (``scheduler.fgd.workload``), as the FGD paper's simulator does.
     fgd_mix: str = "online"
+    #: How a seed draws its task list and node order (:data:`~hami_core.sim.workload.PROTOCOLS`).
+    protocol: str = "shuffled"
 
     def engine(self, policy: Policy, mix: Sequence[Mapping[str, Any]] = ()) -> Engine:
         """An engine running ``policy``; ``mix``: ``scheduler.fgd.workload`` entries to give it (:meth:`given_mix`)."""
@@ -138,7 +140,13 @@ class Experiment:
     def task_list(self, seed: int | None, capacity: int) -> list[SimPod]:
         if seed is None:
             return list(self.tasks)
-        return inflate(self.tasks, capacity, self.inflate, random.Random(seed))
+        return inflate(self.tasks, capacity, self.inflate, random.Random(seed), self.protocol)
+
+    def nodes_for(self, seed: int | None) -> Sequence[Mapping[str, Any]]:
+        """The cluster a seed runs on: the nodes as given, or renamed into a random order (``paper`` protocol)."""
+        if seed is None or self.protocol != "paper":
+            return self.nodes
+        return node_order(self.nodes, seed)
 
     def run(self, progress: Callable[[int], None] | None = None,
             on_start: Callable[[Policy, int | None, int], None] | None = None) -> list[RunResult]:
@@ -147,7 +155,7 @@ class Experiment:
         mix = self.given_mix()
         for seed in (self.seeds if self.seeds is not None else [None]):
             for policy in self.policies:
-                replay = Replay(self.engine(policy, mix), self.nodes, policy=policy.label, seed=seed,
+                replay = Replay(self.engine(policy, mix), self.nodes_for(seed), policy=policy.label, seed=seed,
                                 keep_placements=self.keep_placements)
                 if seed not in task_lists:
                     task_lists[seed] = self.task_list(seed, replay.result.capacity_milli)

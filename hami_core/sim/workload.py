@@ -1,4 +1,5 @@
-"""Simulator tasks: a Pod plus what the replay needs to know about it, and the openb inflation rule."""
+"""Simulator tasks: a Pod plus what the replay needs to know about it, and the openb experiment's rules (inflation,
+node order)."""
 
 from __future__ import annotations
 
@@ -66,11 +67,25 @@ def from_pod(pod: Mapping[str, Any], requests: ContainerRequests) -> SimPod:
     return SimPod(pod, cpu, mem, num_gpu, per_gpu, models)
 
 
-def inflate(pods: Sequence[SimPod], capacity: int, factor: float, rng: random.Random) -> list[SimPod]:
+#: How the openb experiment draws a seed's task list and node order (``hami simulate --protocol``).
+#: ``shuffled``: the tasks topped up with random copies, all of it shuffled; nodes in file order.
+#: ``paper``: the FGD paper's simulator (hkust-adsl/kubernetes-scheduler-simulator, ``--shuffle-pod=true -tune X``):
+#: the tasks shuffled, then random copies after them; nodes in a random order (see :func:`node_order`).
+PROTOCOLS = ("shuffled", "paper")
+
+
+def inflate(pods: Sequence[SimPod], capacity: int, factor: float, rng: random.Random,
+            protocol: str = "shuffled") -> list[SimPod]:
     """The openb experiment's task list: ``pods`` topped up with random copies until their GPU demand
-    reaches ``factor`` x ``capacity`` (GPU milli), then shuffled. Copies get new names and UIDs.
+    reaches ``factor`` x ``capacity`` (GPU milli). ``shuffled``: the whole list is shuffled afterwards;
+    ``paper``: ``pods`` are shuffled first and the copies follow them, in the order drawn (the paper's
+    simulator shuffles the trace and then appends its workload-tuning copies). Copies get new names and UIDs.
     """
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"protocol {protocol!r}: expected one of {', '.join(PROTOCOLS)}")
     out = list(pods)
+    if protocol == "paper":
+        rng.shuffle(out)
     total = sum(p.gpu_demand for p in out)
     target = factor * capacity
     if not any(p.gpu_demand for p in pods):
@@ -84,5 +99,30 @@ def inflate(pods: Sequence[SimPod], capacity: int, factor: float, rng: random.Ra
         meta["uid"] = f"{meta.get('uid') or meta['name']}-copy{copy_no}"
         out.append(replace(src, pod={**src.pod, "metadata": meta}))
         total += src.gpu_demand
-    rng.shuffle(out)
+    if protocol == "shuffled":
+        rng.shuffle(out)
     return out
+
+
+def node_ranks(count: int, seed: int) -> list[int]:
+    """The ``paper`` protocol's random place of each of ``count`` nodes for ``seed`` (a permutation of 0..count-1)."""
+    ranks = list(range(count))
+    random.Random(f"node-order-{seed}").shuffle(ranks)
+    return ranks
+
+
+def node_order(nodes: Sequence[Mapping[str, Any]], seed: int) -> list[dict[str, Any]]:
+    """The ``paper`` protocol's nodes for ``seed``: each renamed ``NNNN-<name>`` with ``NNNN`` its place in a
+    random permutation (:func:`node_ranks`), and listed in that order.
+
+    The paper's simulator gives its nodes such prefixes per seed, so a tie between equal scores, which it breaks
+    by node order, goes to a random node rather than the first of the trace file. Renaming does the same here for
+    every tie-break of the engine (name order, and the order nodes were learned). Only ``metadata.name`` changes.
+    """
+    width = max(4, len(str(len(nodes) - 1)))
+    out: list[dict[str, Any] | None] = [None] * len(nodes)
+    for rank, node in zip(node_ranks(len(nodes), seed), nodes, strict=True):
+        meta = dict(node.get("metadata") or {})
+        meta["name"] = f"{rank:0{width}d}-{meta.get('name')}"
+        out[rank] = {**node, "metadata": meta}
+    return [node for node in out if node is not None]

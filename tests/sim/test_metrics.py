@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import random
+import re
 
 import numpy as np
 import pytest
@@ -14,7 +16,7 @@ from hami_core.sim.experiment import Experiment, Policy, PolicyError, parse_seed
 from hami_core.sim.fragmentation import FragmentationModel, TaskClass, workload_classes
 from hami_core.sim.openb import Task, TraceNode
 from hami_core.sim.replay import dominant_reason
-from hami_core.sim.workload import from_task, inflate
+from hami_core.sim.workload import from_task, inflate, node_order, node_ranks
 
 BINPACK = Policy("binpack", "binpack", "binpack")
 
@@ -45,6 +47,65 @@ def test_inflation_keeps_lists_that_already_exceed_the_target_and_cpu_only_lists
     assert len(inflate(tasks, 10_000, 1.3, random.Random(1))) == 2
     cpu = _tasks((0, 0))
     assert len(inflate(cpu, 10_000, 1.3, random.Random(1))) == 1
+
+
+def test_paper_protocol_shuffles_the_tasks_then_appends_the_copies() -> None:
+    """The FGD paper's simulator shuffles the trace and appends its workload-tuning copies after it."""
+    tasks = _tasks(*[(1, 100 * (i % 9 + 1)) for i in range(30)])
+    capacity = 20_000
+    out = inflate(tasks, capacity, 1.3, random.Random(3), "paper")
+    names = [t.pod["metadata"]["name"] for t in out]
+    head = names[:len(tasks)]
+    assert sorted(head) == sorted(t.pod["metadata"]["name"] for t in tasks)  # every task once, before any copy
+    assert head != [t.pod["metadata"]["name"] for t in tasks]  # and shuffled
+    copies = names[len(tasks):]
+    assert copies and all("-copy" in n for n in copies)
+    assert [int(n.rsplit("copy", 1)[1]) for n in copies] == list(range(1, len(copies) + 1))  # in the order drawn
+    demand = sum(t.gpu_demand for t in out)
+    assert demand >= 26_000 and demand - out[-1].gpu_demand < 26_000
+    assert [t.pod["metadata"]["name"] for t in inflate(tasks, capacity, 1.3, random.Random(3), "paper")] == names
+    shuffled = [t.pod["metadata"]["name"] for t in inflate(tasks, capacity, 1.3, random.Random(3))]
+    assert any("-copy" in n for n in shuffled[:len(tasks)])  # the default mixes copies in
+    with pytest.raises(ValueError, match="protocol 'nope'"):
+        inflate(tasks, capacity, 1.3, random.Random(3), "nope")
+
+
+def test_paper_protocol_node_order_renames_nodes_into_a_random_permutation() -> None:
+    nodes = [{"metadata": {"name": f"node-{i}", "labels": {"a": str(i)}}, "status": {"allocatable": {"cpu": "1"}}}
+             for i in range(12)]
+    out = node_order(nodes, 5)
+    ranks = node_ranks(12, 5)
+    assert sorted(ranks) == list(range(12)) and ranks != list(range(12))
+    assert [n["metadata"]["name"] for n in out] == sorted(n["metadata"]["name"] for n in out)  # listed in rank order
+    by_old = {n["metadata"]["name"].split("-", 1)[1]: n for n in out}
+    for i, node in enumerate(nodes):
+        moved = by_old[f"node-{i}"]
+        assert moved["metadata"]["name"] == f"{ranks[i]:04d}-node-{i}"
+        assert moved["metadata"]["labels"] == node["metadata"]["labels"] and moved["status"] == node["status"]
+        assert node["metadata"]["name"] == f"node-{i}"  # the input is not changed
+    assert node_order(nodes, 5) == out and node_order(nodes, 6) != out
+    wide = node_order([{"metadata": {"name": f"n{i}"}} for i in range(10_001)], 1)
+    assert wide[0]["metadata"]["name"].startswith("00000-")
+
+
+def test_paper_protocol_runs_on_the_renamed_nodes() -> None:
+    """Each seed's run places onto that seed's renamed nodes, and ties go by the random order, not the file's."""
+    trace_nodes = [TraceNode(f"n{i}", 8000, 65536, 1, "T4") for i in range(6)]
+    nodes = [openb.node_object(n) for n in trace_nodes]
+    tasks = _tasks((1, 1000))
+    config = load_config(None)
+    pm = get_plugin_manager()
+    placed = {}
+    for protocol in ("shuffled", "paper"):
+        for seed in (1, 2, 3):
+            exp = Experiment(config, pm, nodes, tasks, [BINPACK], seeds=[seed], inflate=0.1, keep_placements=True,
+                             protocol=protocol)
+            run = exp.run()[0]
+            placed[protocol, seed] = run.placements[0].node
+    assert {placed["shuffled", s] for s in (1, 2, 3)} == {"n0"}  # a tie between empty nodes: the first by name
+    for seed in (1, 2, 3):
+        assert placed["paper", seed].startswith("0000-")  # the node ranked first in the seed's permutation
+    assert len({placed["paper", s] for s in (1, 2, 3)}) > 1
 
 
 def test_fragmentation_by_hand() -> None:
@@ -143,3 +204,23 @@ def test_parse_seeds_and_resolve_policies() -> None:
         Policy("mutex", "binpack", "mutex")]
     with pytest.raises(PolicyError, match="unknown GPU policy 'fast'"):
         resolve_policies("binpack/fast", engine)
+
+
+def test_protocol_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--protocol paper`` on the bundled demo: the report names the protocol and its runs use renamed nodes;
+    the flag is refused where nothing is drawn (arrival order), and an unknown protocol is a usage error."""
+    from hami_core.cli import main
+
+    assert main(["simulate", "--seeds", "1-2", "--protocol", "paper", "--json", "--no-progress"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["inputs"]["protocol"] == "paper" and report["inputs"]["mode"] == "openb"
+    for run in report["runs"]:
+        assert run["node_allocation"] and all(re.match(r"\d{4}-", name) for name in run["node_allocation"])
+    assert main(["simulate", "--seeds", "1", "--json", "--no-progress"]) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert plain["inputs"]["protocol"] == "shuffled"
+    assert not any(re.match(r"\d{4}-", name) for name in plain["runs"][0]["node_allocation"])
+    assert main(["simulate", "--protocol", "paper", "--no-progress"]) == 1
+    assert "--protocol paper applies to --mode openb" in capsys.readouterr().err
+    assert main(["simulate", "--protocol", "nope"]) == 2
+    assert "invalid choice: 'nope'" in capsys.readouterr().err
