@@ -19,7 +19,9 @@ numpy, so the engine's ``fgd`` policy can be compared with the paper's algorithm
   random ties give 89.81 % on the default trace with seed 42, far from the paper's 95.23 % mean, first-in-order
   ties 95.08 %, so the fork (or its node order) evidently does not spread ties at random;
 * the task list is the engine's: ``hami_core.sim.workload.inflate`` with ``random.Random(seed)``, so seed N here
-  and ``hami simulate --seeds N`` replay the same tasks in the same order.
+  and ``hami simulate --seeds N`` replay the same tasks in the same order; ``--protocol paper`` draws the task
+  list and the node order as the paper's simulator does (the trace shuffled, copies after it; nodes in a random
+  order per seed, which "first in node order" then follows), as ``hami simulate --protocol paper``.
 
 It prints the GPU allocation ratio when arrived demand reaches 100 % of capacity (``hami simulate``'s
 ``gpu_allocation_ratio_at_100``). One seed of the default trace takes about two minutes; gpuspec33 about four.
