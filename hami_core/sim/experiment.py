@@ -15,7 +15,7 @@ from hami_core.plugins.errors import AdmissionDenied, AdmissionFailed, HamiError
 from hami_core.sim.fragmentation import workload_classes
 from hami_core.sim.mix import trace_mix
 from hami_core.sim.replay import Replay, RunResult
-from hami_core.sim.workload import SimPod, from_pod, inflate, node_order
+from hami_core.sim.workload import PROTOCOLS, SimPod, from_pod, inflate, node_order
 
 
 class PolicyError(HamiError):
@@ -113,6 +113,10 @@ class Experiment:
     fgd_mix: str = "online"
     #: How a seed draws its task list and node order (:data:`~hami_core.sim.workload.PROTOCOLS`).
     protocol: str = "shuffled"
+
+    def __post_init__(self) -> None:
+        if self.protocol not in PROTOCOLS:
+            raise PolicyError(f"protocol {self.protocol!r}: expected one of {', '.join(PROTOCOLS)}")
 
     def engine(self, policy: Policy, mix: Sequence[Mapping[str, Any]] = ()) -> Engine:
         """An engine running ``policy``; ``mix``: ``scheduler.fgd.workload`` entries to give it (:meth:`given_mix`)."""

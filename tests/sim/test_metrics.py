@@ -106,6 +106,8 @@ def test_paper_protocol_runs_on_the_renamed_nodes() -> None:
     for seed in (1, 2, 3):
         assert placed["paper", seed].startswith("0000-")  # the node ranked first in the seed's permutation
     assert len({placed["paper", s] for s in (1, 2, 3)}) > 1
+    with pytest.raises(PolicyError, match="protocol 'Paper': expected one of shuffled, paper"):
+        Experiment(config, pm, nodes, tasks, [BINPACK], seeds=[1], protocol="Paper")
 
 
 def test_fragmentation_by_hand() -> None:
