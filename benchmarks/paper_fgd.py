@@ -8,7 +8,9 @@ numpy, so the engine's ``fgd`` policy can be compared with the paper's algorithm
   simulator runs) that offer its GPU count and model; the fragmentation measure reads CPU alone (memory is not
   part of the simulator's ``NodeResource``);
 * typical pods: every distinct (CPU, GPU milli, GPU count, allowed models) of the original trace, CPU-only tasks
-  included, most popular first up to 95 % of the tasks (the simulator's ``typicalPodsConfig`` defaults);
+  included, most popular first up to 95 % of the tasks (the simulator's ``typicalPodsConfig`` defaults), each
+  weighted by its share of the kept classes (``GetTypicalPods`` renormalises them to sum to 1; ``--raw-weights``
+  keeps each class's share of all tasks, which sum to 0.95);
 * a node's fragmentation under a typical pod: all its free GPU share if the pod cannot run there (CPU, GPU count,
   or model), else the free share of the GPUs too small for it; weighted by popularity and summed;
 * node score ``floor(100 * sigmoid((frag_before - frag_after) / 1000))``; a shared pod's node score is that of its
@@ -75,7 +77,7 @@ class Cluster:
 class Fragmentation:
     """The paper's expected fragmentation of nodes under the typical pods of a task list."""
 
-    def __init__(self, tasks: list[SimPod], cluster: Cluster) -> None:
+    def __init__(self, tasks: list[SimPod], cluster: Cluster, renormalise: bool = True) -> None:
         counts = Counter((t.cpu_milli, t.per_gpu if t.num_gpu else 0, t.num_gpu, t.models) for t in tasks)
         total, covered = sum(counts.values()), 0.0
         self.typical: list[tuple[float, int, int, np.ndarray, float]] = []
@@ -84,6 +86,8 @@ class Fragmentation:
                 break
             covered += n / total
             self.typical.append((cpu, milli, num, cluster.model_ok(models), n / total))
+        if renormalise:  # GetTypicalPods divides the kept classes' shares by their sum (so they sum to 1)
+            self.typical = [(cpu, milli, num, ok, w / covered) for cpu, milli, num, ok, w in self.typical]
 
     def amount(self, rows: np.ndarray, cpu: np.ndarray, gpu: np.ndarray) -> np.ndarray:
         free = np.where(gpu >= 0, gpu, 0.0)
@@ -103,9 +107,10 @@ def score(growth: np.ndarray) -> np.ndarray:
     return np.floor(SCORE_STEPS / (1.0 + np.exp(growth / FULL)))
 
 
-def replay(cluster: Cluster, tasks: list[SimPod], stream: list[SimPod], seed: int, ties: str = "first") -> float:
+def replay(cluster: Cluster, tasks: list[SimPod], stream: list[SimPod], seed: int, ties: str = "first",
+           renormalise: bool = True) -> float:
     """Place ``stream`` with the paper's FGD; the allocation ratio (%) when arrived demand reaches capacity."""
-    frag = Fragmentation(tasks, cluster)
+    frag = Fragmentation(tasks, cluster, renormalise)
     rng = random.Random(seed * 7919)
     cpu, mem, gpu = cluster.cpu.copy(), cluster.mem.copy(), cluster.gpu.copy()
     arrived = allocated = 0.0
@@ -166,6 +171,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--protocol", choices=PROTOCOLS, default="shuffled",
                         help="how a seed draws the task list and node order, as hami simulate --protocol (default "
                              "shuffled; paper: the FGD paper simulator's)")
+    parser.add_argument("--raw-weights", action="store_true",
+                        help="weight each typical pod by its share of all tasks (summing to the coverage, 0.95) "
+                             "instead of renormalising the kept classes to sum to 1 as the simulator's GetTypicalPods "
+                             "does; what hami simulate --fgd-mix trace gives the engine")
     args = parser.parse_args(argv)
     pods_csv = args.traces / f"openb_pod_list_{args.trace}.csv"
     if not pods_csv.is_file():
@@ -179,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.protocol == "paper":
             cluster = Cluster(args.traces, node_ranks(len(cluster.cpu), seed))
         stream = inflate(tasks, int(cluster.capacity), args.inflate, random.Random(seed), args.protocol)
-        ratio = replay(cluster, tasks, stream, seed, args.ties)
+        ratio = replay(cluster, tasks, stream, seed, args.ties, not args.raw_weights)
         results.append(ratio)
         print(f"{args.trace} seed {seed}: allocation at 100 % = {ratio:.2f} % ({time.perf_counter() - t0:.0f} s)",
               flush=True)

@@ -78,8 +78,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "NNNN-<name> into a random order, so ties between equal scores go to a random node")
     run.add_argument("--fgd-mix", choices=MIX_SOURCES, default="online",
                      help="the fgd policy's workload mix: learned from the pods seen (online, the default), or the "
-                          "task list's classes given up front (trace: the FGD paper's typical pods, CPU-only pods "
-                          "included, most popular covering scheduler.fgd.coverage)")
+                          "task list's classes given up front as the FGD paper's typical pods (CPU-only pods "
+                          "included, most popular covering scheduler.fgd.coverage): trace weighs each by its share "
+                          "of all tasks, paper renormalises them to sum to 1 as the paper's simulator does")
     out = parser.add_argument_group("output")
     out.add_argument("--report", metavar="PATH", help="write the JSON report here")
     out.add_argument("--html", metavar="PATH", help="write a self-contained HTML report with charts here")
@@ -227,7 +228,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     header = (f"cluster: {inputs['cluster']} ({inputs['nodes']} nodes)   workload: {inputs['workload']} "
               f"({inputs['tasks']} pods)   mode: {mode}" + (f"   seeds: {seeds}" if seeds else "")
-              + ("   fgd mix: given from the task list" if args.fgd_mix == "trace" else "")
+              + (f"   fgd mix: given from the task list ({args.fgd_mix})" if args.fgd_mix != "online" else "")
               + ("   protocol: the FGD paper's" if mode == "openb" and args.protocol == "paper" else ""))
     if single and runs[0].engine is not None:
         print_single(console, runs[0].engine, runs[0], header)

@@ -13,7 +13,7 @@ from hami_core.engine.config import EngineConfig, SchedulerConfig
 from hami_core.engine.facade import Engine
 from hami_core.plugins.errors import AdmissionDenied, AdmissionFailed, HamiError
 from hami_core.sim.fragmentation import workload_classes
-from hami_core.sim.mix import trace_mix
+from hami_core.sim.mix import MIX_SOURCES, trace_mix
 from hami_core.sim.replay import Replay, RunResult
 from hami_core.sim.workload import PROTOCOLS, SimPod, from_pod, inflate, node_order
 
@@ -108,8 +108,9 @@ class Experiment:
     keep_placements: bool = False
     #: ResourceQuota objects of the cluster: a pod over its namespace's device quota fails (ResourceQuotaNotFit).
     quotas: Sequence[Mapping[str, Any]] = ()
-    #: Where the ``fgd`` policy's workload mix comes from (:data:`~hami_core.sim.mix.MIX_SOURCES`): ``trace`` gives
-    #: it the task list's classes up front (``scheduler.fgd.workload``), as the FGD paper's simulator does.
+    #: Where the ``fgd`` policy's workload mix comes from (:data:`~hami_core.sim.mix.MIX_SOURCES`): ``trace`` and
+    #: ``paper`` give it the task list's classes up front (``scheduler.fgd.workload``), as the FGD paper's simulator
+    #: gives its typical pods (``paper``: with that simulator's renormalised weights).
     fgd_mix: str = "online"
     #: How a seed draws its task list and node order (:data:`~hami_core.sim.workload.PROTOCOLS`).
     protocol: str = "shuffled"
@@ -117,6 +118,8 @@ class Experiment:
     def __post_init__(self) -> None:
         if self.protocol not in PROTOCOLS:
             raise PolicyError(f"protocol {self.protocol!r}: expected one of {', '.join(PROTOCOLS)}")
+        if self.fgd_mix not in MIX_SOURCES:
+            raise PolicyError(f"fgd_mix {self.fgd_mix!r}: expected one of {', '.join(MIX_SOURCES)}")
 
     def engine(self, policy: Policy, mix: Sequence[Mapping[str, Any]] = ()) -> Engine:
         """An engine running ``policy``; ``mix``: ``scheduler.fgd.workload`` entries to give it (:meth:`given_mix`)."""
@@ -131,15 +134,18 @@ class Experiment:
         return engine
 
     def given_mix(self) -> list[dict[str, Any]]:
-        """The fgd mix given up front: the task list's classes for ``fgd_mix == "trace"``, else none (online)."""
-        return self.task_mix() if self.fgd_mix == "trace" else []
+        """The fgd mix given up front: the task list's classes for ``fgd_mix`` ``trace`` or ``paper`` (weights
+        renormalised to 1), else none (online)."""
+        if self.fgd_mix == "online":
+            return []
+        return self.task_mix(normalise=self.fgd_mix == "paper")
 
-    def task_mix(self) -> list[dict[str, Any]]:
+    def task_mix(self, *, normalise: bool = False) -> list[dict[str, Any]]:
         """The task list's classes as ``scheduler.fgd.workload`` entries (:func:`~hami_core.sim.mix.trace_mix`)."""
         probe = Engine(self.config, plugins=self.plugins)
         for quota in self.quotas:  # pods over their namespace's quota never arrive
             probe.upsert_quota(quota)
-        return trace_mix(probe, self.tasks, self.config.scheduler.fgd.coverage)
+        return trace_mix(probe, self.tasks, self.config.scheduler.fgd.coverage, normalise=normalise)
 
     def task_list(self, seed: int | None, capacity: int) -> list[SimPod]:
         if seed is None:

@@ -27,14 +27,18 @@ from hami_core.sim.workload import SimPod
 
 __all__ = ["MIX_SOURCES", "trace_mix", "write_mix"]
 
-#: ``--fgd-mix``: learned from the pods seen (``online``), or the task list's classes given up front (``trace``).
-MIX_SOURCES = ("online", "trace")
+#: ``--fgd-mix``: learned from the pods seen (``online``), or the task list's classes given up front, weighted by
+#: their share of all tasks (``trace``) or renormalised to sum to 1 as the FGD paper's simulator does (``paper``).
+MIX_SOURCES = ("online", "trace", "paper")
 
 
-def trace_mix(engine: Engine, tasks: Sequence[SimPod], coverage: float) -> list[dict[str, Any]]:
+def trace_mix(engine: Engine, tasks: Sequence[SimPod], coverage: float, *,
+              normalise: bool = False) -> list[dict[str, Any]]:
     """``scheduler.fgd.workload`` entries for ``tasks``: the most popular classes covering ``coverage`` of them,
-    each weighted by its share of all tasks (not renormalised, as the paper's popularity). Pods the webhook would
-    refuse are not counted."""
+    each weighted by its share of all tasks, so the weights sum to about ``coverage``. (The FGD paper's simulator
+    renormalises its kept classes to sum to 1; keeping the shares scored better on the openb gpuspec33 trace,
+    docs/simulation.md.) ``normalise``: divide them by their sum, as that simulator's ``GetTypicalPods`` does. Pods the
+    webhook would refuse are not counted."""
     counts: Counter[tuple[Shape, int]] = Counter()
     memory: Counter[tuple[Shape, int]] = Counter()
     pods = 0
@@ -55,6 +59,9 @@ def trace_mix(engine: Engine, tasks: Sequence[SimPod], coverage: float) -> list[
             break
         covered += n / pods
         out.append(_entry(key[0], n / pods, key[1], memory[key] / n))
+    if normalise and covered:
+        for entry in out:
+            entry["weight"] /= covered
     return out
 
 

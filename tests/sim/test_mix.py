@@ -38,6 +38,10 @@ def test_classes_are_popularity_weighted_with_cpu_only_pods() -> None:
     assert mix[0]["host_memory"] == 4096 and mix[0]["mem_percentage"] == 50
     # the most popular classes up to the coverage, weights not renormalised
     assert [e["weight"] for e in trace_mix(Engine(), _tasks(), coverage=0.8)] == [0.5, 0.3]
+    # --fgd-mix paper: the kept classes renormalised to sum to 1, as the paper simulator's GetTypicalPods
+    paper = trace_mix(Engine(), _tasks(), coverage=0.8, normalise=True)
+    assert [e["weight"] for e in paper] == pytest.approx([0.625, 0.375])
+    assert sum(e["weight"] for e in trace_mix(Engine(), _tasks(), coverage=0.95, normalise=True)) == pytest.approx(1)
     # the entries are scheduler.fgd.workload classes
     fixed = FgdConfig.model_validate({"workload": mix}).fixed_mix()
     assert fixed is not None and [c[0] for c in fixed[:2]] == [HALF, DEVICELESS]
