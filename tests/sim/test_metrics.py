@@ -108,6 +108,8 @@ def test_paper_protocol_runs_on_the_renamed_nodes() -> None:
     assert len({placed["paper", s] for s in (1, 2, 3)}) > 1
     with pytest.raises(PolicyError, match="protocol 'Paper': expected one of shuffled, paper"):
         Experiment(config, pm, nodes, tasks, [BINPACK], seeds=[1], protocol="Paper")
+    with pytest.raises(PolicyError, match="fgd_mix 'oracle': expected one of online, trace, paper"):
+        Experiment(config, pm, nodes, tasks, [BINPACK], seeds=[1], fgd_mix="oracle")
 
 
 def test_fragmentation_by_hand() -> None:
