@@ -7,6 +7,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+import yaml
 
 from hami_core.cli import main
 
@@ -115,6 +116,20 @@ def test_resource_quota_in_the_cluster_file_limits_its_namespace(tmp_path: Path,
     assert main(["simulate", "--no-progress", "--cluster", cluster, "--workload", pods]) == 0
     out = capsys.readouterr().out
     assert "ResourceQuota use at the end" in out and "team-a" in out
+
+
+def test_mix_out_leaves_out_pods_the_quota_refuses(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--mix-out`` counts only pods the webhook admits: team-a's 3000 MiB pods are over its 2000 MiB quota, so
+    the mix is team-b's 1000 MiB class alone (it would be two classes at 0.5 if the quota were skipped)."""
+    cluster, pods = _quota_inputs(tmp_path, "{limits.nvidia.com/gpumem: '2000'}")
+    text = Path(pods).read_text().split("---\n")
+    Path(pods).write_text("---\n".join(doc.replace("gpumem: 3000", "gpumem: 1000") if "team-b" in doc else doc
+                                        for doc in text))
+    out = tmp_path / "mix.yaml"
+    assert main(["simulate", "--no-progress", "--cluster", cluster, "--workload", pods, "--mix-out", str(out)]) == 0
+    capsys.readouterr()
+    workload = yaml.safe_load(out.read_text())["scheduler"]["fgd"]["workload"]
+    assert [(c["memory"], c.get("weight", 1.0)) for c in workload] == [(1000, 1.0)]  # 1.0 is the default, left out
 
 
 def test_quota_on_memory_given_as_a_percentage_is_enforced_by_the_filter(tmp_path: Path,

@@ -148,8 +148,8 @@ class WorkloadModel:
     :param coverage: keep the most popular classes that together cover this fraction of pods (the rest
         are rare shapes that cost time and barely move the score).
     :param fixed: a mix given in config; online learning is then off. Weights are each class's share of all pods:
-        weights summing to at most 1 are used as given (the rest of the pods add no fragments, as the paper's
-        typical pods cover 95 % of them); larger sums are relative and normalised to 1.
+        weights summing to at most 1 are used as given (the pods of no listed class add no fragments); larger sums
+        are relative and normalised to 1.
     """
 
     def __init__(self, window: int = 1000, *, tolerance: float = 0.02, coverage: float = 0.95,

@@ -229,7 +229,7 @@ def run(args: argparse.Namespace) -> int:
     header = (f"cluster: {inputs['cluster']} ({inputs['nodes']} nodes)   workload: {inputs['workload']} "
               f"({inputs['tasks']} pods)   mode: {mode}" + (f"   seeds: {seeds}" if seeds else "")
               + (f"   fgd mix: given from the task list ({args.fgd_mix})" if args.fgd_mix != "online" else "")
-              + ("   protocol: the FGD paper's" if mode == "openb" and args.protocol == "paper" else ""))
+              + ("   protocol: the FGD paper's" if args.protocol == "paper" else ""))
     if single and runs[0].engine is not None:
         print_single(console, runs[0].engine, runs[0], header)
     else:

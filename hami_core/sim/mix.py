@@ -2,7 +2,8 @@
 
 The FGD paper's simulator knows the workload before it places anything: its *typical pods* are the distinct
 requests of the whole trace, CPU-only ones included, most popular first until they cover 95 % of the tasks,
-each weighted by its share of all tasks (hkust-adsl/kubernetes-scheduler-simulator, ``typicalPodsConfig``).
+their weights renormalised to sum to 1 (hkust-adsl/kubernetes-scheduler-simulator, ``GetTypicalPods``;
+``--fgd-mix paper``). ``--fgd-mix trace`` keeps each class's share of all tasks instead.
 This builds the same mix in the engine's terms, as ``scheduler.fgd.workload`` classes: one per request shape
 and exact CPU request (memory is the class mean), pods without devices as ``nums: 0`` classes. The online model
 (the default) learns a mix from the pods it has seen instead; docs/simulation.md compares the two.

@@ -3,15 +3,16 @@ renormalised, and ties broken by the order nodes were learned (``scheduler.fgd.t
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 import pytest
 from core_helpers import acme, acme_device, make_node, make_pod, scheduled
 
 from hami_core.default_plugins.fgd_growth import node_growth
+from hami_core.engine.config import FgdConfig
 from hami_core.engine.fragmentation import DeviceArrays, Mix, fragmentation, placement_delta
-from hami_core.engine.workload import DEVICELESS, Shape, Workload, WorkloadModel, pod_shapes
+from hami_core.engine.workload import DEVICELESS, TIE_BREAKS, Shape, Workload, WorkloadModel, pod_shapes
 from hami_core.plugins.types import DeviceInfo, DeviceUsage
 
 HALF = Shape("ACME", 1, 50, 500)  # half a card
@@ -106,3 +107,13 @@ def test_order_ties_take_the_first_learned_node(make_engine: Any) -> None:
         chosen[ties] = decision.node
         assert decision.scores["first"] // 100 == decision.scores["second"] // 100  # one step: a tie
     assert chosen == {"packing": "second", "order": "first"}
+
+
+def test_the_config_offers_exactly_the_tie_breaks_the_model_knows() -> None:
+    """``scheduler.fgd.ties`` (a pydantic Literal) and ``WorkloadModel`` (``TIE_BREAKS``) list the same choices, and
+    the model refuses anything else."""
+    assert set(get_args(FgdConfig.model_fields["ties"].annotation)) == set(TIE_BREAKS)
+    for ties in TIE_BREAKS:
+        assert WorkloadModel(ties=ties).snapshot().ties == ties
+    with pytest.raises(ValueError, match="ties must be one of packing, order"):
+        WorkloadModel(ties="random")
