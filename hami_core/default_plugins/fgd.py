@@ -3,7 +3,9 @@
 Each candidate node is scored by how much placing the pod there grows the node's expected
 fragmentation under the workload mix (:mod:`hami_core.engine.fragmentation`), normalised as in the
 paper to a few score steps (:func:`quantised_score`); the node in the best step wins, and within a step
-the fullest node (:func:`packing_scores`). The pod's devices on the node are chosen by the GPU policy,
+the ``scheduler.fgd.ties`` tie-break decides: the fullest node (:func:`packing_scores`), the first learned
+(:func:`order_scores`) or the one the pod brings closest to the mix's CPU per device share
+(:func:`balance_scores`). The pod's devices on the node are chosen by the GPU policy,
 so the growth is computed for the device that policy's fit would take (``fgd``: the least growth,
 ``binpack``: the busiest usable one, otherwise the idlest). See docs/fgd.md.
 
@@ -23,18 +25,20 @@ from typing import Any
 
 import numpy as np
 
-from hami_core.default_plugins.fgd_growth import FgdState, node_growth
+from hami_core.default_plugins.fgd_growth import FgdState
 from hami_core.default_plugins.score import default_scores
 from hami_core.engine.pods import host_requests
-from hami_core.engine.workload import Workload
+from hami_core.engine.workload import Workload, shape_share
 from hami_core.plugins.hookspecs import hookimpl
 from hami_core.plugins.types import GpuPolicy, NodeBatch, PolicyInfo
 
 FGD = "fgd"
 #: Score of a node where the pod's devices cannot go at all (the fit rejects it anyway).
 INFEASIBLE = -1e12
-#: One step of the quantised growth score outweighs any tie-break (packing: 0-20; order: 0-50).
+#: One step of the quantised growth score outweighs any tie-break (packing: 0-20; order, balance: 0-50).
 _BUCKET = 100.0
+#: Packing's weight under ``balance``: its 0-20 then moves a score by less than 0.02 of balance's 0-50.
+_PACKING_UNDER_BALANCE = 1e-3
 #: Table rows the ``order`` tie-break tells apart (more than any cluster has nodes).
 _ROW_SPAN = float(2**31)
 
@@ -63,6 +67,27 @@ def order_scores(rows: np.ndarray) -> np.ndarray:
     return 50.0 * (1.0 - np.asarray(rows, dtype=float) / _ROW_SPAN)
 
 
+def balance_scores(cpu_free: np.ndarray, share_free: np.ndarray, need: tuple[float, float],
+                   ratio: float) -> np.ndarray:
+    """The ``balance`` tie-break, 0..50: how much placing the pod moves each node's free host CPU towards
+    ``ratio`` times its free device share (the mix's CPU per share, :meth:`Workload.cpu_per_share`).
+
+    A node's imbalance is ``|cpu_free - ratio x share_free|``; the pod (``need``: CPU milli, device share milli)
+    changes it by at most ``cpu + ratio x share`` either way, which maps to 0 (grows it most) .. 50 (shrinks it
+    most), 25 for no change. CPU-heavy pods thus go to nodes with CPU to spare and CPU-light ones to nodes short
+    of it, so that neither a node's CPU nor its devices run out first. Nodes of unknown CPU score 25.
+    """
+    cpu, share = need
+    span = abs(cpu) + ratio * share
+    if ratio <= 0 or span <= 0:
+        return np.full(len(cpu_free), 25.0)
+    with np.errstate(invalid="ignore"):
+        before = np.abs(cpu_free - ratio * share_free)
+        after = np.abs(cpu_free - cpu - ratio * (share_free - share))
+        out = 25.0 * (1.0 - (after - before) / span)
+    return np.where(np.isfinite(out), np.clip(out, 0.0, 50.0), 25.0)
+
+
 def device_select(policy: GpuPolicy) -> str:
     """The device the GPU policy's fit prefers: the least growth (``fgd``), the busiest (``binpack``) or
     the idlest (anything else)."""
@@ -84,18 +109,32 @@ def hami_prescore_nodes(pod: Mapping[str, Any], batch: NodeBatch, policy: GpuPol
     if policy.node != FGD:
         return None
     workload = batch.workload
-    if isinstance(workload, Workload) and workload.ties == "order":
+    ties = workload.tie_break if isinstance(workload, Workload) else "packing"
+    if ties == "order":
         tie = order_scores(batch.rows if batch.rows is not None else np.arange(len(batch.nodes)))
     else:
         tie = packing_scores(batch.totals)
     if not isinstance(workload, Workload) or not workload.classes:
-        return tie  # nothing learned yet (or a hand-built batch): the tie-break alone
+        return tie  # nothing learned yet (or a hand-built batch): packing (balance needs the mix) or order alone
     select = device_select(policy)
+    host = host_requests(pod)
     if batch.cache is not None and batch.rows is not None and batch.generations is not None:
         state = batch.cache.get(FGD)
         if not isinstance(state, FgdState):
             state = batch.cache[FGD] = FgdState(workload.cache_mib * 2**20)
-        growth = state.growth(batch, workload, select, policy.weights, host_requests(pod))
-    else:
-        growth = node_growth(batch.nodes, batch.shapes, workload, select, policy.weights, host_requests(pod))
+        rows = np.asarray(batch.rows, dtype=np.intp)
+        growth = state.growth(batch, workload, select, policy.weights, host)
+    else:  # a hand-built batch: computed afresh (what node_growth does), keeping the stores for the tie-break
+        state = FgdState()
+        rows = np.arange(len(batch.nodes), dtype=np.intp)
+        growth = state.compute(rows, rows.astype(np.int64) + 1, batch.nodes, tuple(batch.shapes), workload, select,
+                               policy.weights, host)
+    if ties == "balance":
+        shapes = tuple(batch.shapes)
+        need = (float(host[0]), sum(s.nums * shape_share(s) for s in shapes))
+        ratio = workload.cpu_per_share()
+        # packing decides where balance cannot: the mix gives no CPU, the pod asks nothing, or nodes alike
+        tie = 25.0 + tie * _PACKING_UNDER_BALANCE
+        if ratio > 0 and any(need):  # (else the stores may not hold these rows)
+            tie += balance_scores(*state.free_resources(rows, shapes, workload), need, ratio) - 25.0
     return np.where(np.isfinite(growth), quantised_score(growth, workload.steps) * _BUCKET, INFEASIBLE) + tie

@@ -245,6 +245,16 @@ class FgdState:
             return self._class_growth(cache, rows, stamps, shapes, workload, select, weights, host)
         return self._weighted_growth(cache, rows, stamps, shapes, workload, select, weights, host)
 
+    def free_resources(self, rows: np.ndarray, shapes: tuple[Shape, ...], workload: Workload) -> tuple[np.ndarray,
+                                                                                                       np.ndarray]:
+        """Each row's free host CPU (milli; inf where unknown) and free device share (milli, summed over the
+        backends :meth:`growth` read), from the row stores that call refreshed: for the ``balance`` tie-break."""
+        backends = [b for b in self._backends(shapes, workload) if b in self.stores]
+        if not backends:
+            return np.full(len(rows), np.inf), np.zeros(len(rows))
+        share = sum((self.stores[b].view(rows).free_share().sum(axis=1) for b in backends), np.zeros(len(rows)))
+        return self.stores[backends[0]].host[rows, 0], share
+
     # ------------------------------------------------------------------------------------ per class
     def _class_growth(self, cache: _ClassCache, rows: np.ndarray, stamps: np.ndarray, shapes: tuple[Shape, ...],
                       workload: Workload, select: str, weights: tuple[int, int, int],

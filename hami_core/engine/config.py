@@ -79,9 +79,11 @@ class FgdConfig(BaseModel):
     #: MiB of growth caches the policy keeps (least recently used request signatures dropped first); 0 = none
     #: kept between decisions. The default holds ~100 signatures of a 5,000-node cluster (docs/fgd.md, Cost).
     cache_mib: int = Field(256, alias="cacheMiB", ge=0)
-    #: How nodes in one score step are ordered: ``packing`` (the fullest first) or ``order`` (the node the
-    #: scheduler learned first, as the paper's simulator does; see ``TIE_BREAKS``).
-    ties: Literal["packing", "order"] = "packing"
+    #: How nodes in one score step are ordered: ``packing`` (the fullest first), ``order`` (the node the
+    #: scheduler learned first, as the paper's simulator does), ``balance`` (the node whose free CPU and device
+    #: share the pod brings closest to the mix's ratio) or ``auto`` (balance; order for a mix with device-type
+    #: constraints); see ``TIE_BREAKS``.
+    ties: Literal["packing", "order", "balance", "auto"] = "auto"
     #: A fixed mix; when given, online learning is off.
     workload: tuple[FgdClass, ...] = ()
 

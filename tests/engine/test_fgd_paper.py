@@ -62,7 +62,7 @@ def test_fixed_weights_are_shares_of_all_pods(make_engine: Any) -> None:
     classes = engine.workload.snapshot().classes
     assert [(c[0], c[1], c[2]) for c in classes] == [(HALF, 0.5, 0.0), (DEVICELESS, 0.2, 4000.0)]
     assert WorkloadModel(fixed=[(HALF, 2.0, 0, 0), (DEVICELESS, 2.0, 0, 0)]).snapshot().classes[0][1] == 0.5
-    with pytest.raises(ValueError, match="ties must be one of packing, order, got 'first'"):
+    with pytest.raises(ValueError, match="ties must be one of packing, order, balance, auto, got 'first'"):
         WorkloadModel(ties="first")
 
 
