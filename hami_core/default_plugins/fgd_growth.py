@@ -252,7 +252,7 @@ class FgdState:
         backends = [b for b in self._backends(shapes, workload) if b in self.stores]
         if not backends:
             return np.full(len(rows), np.inf), np.zeros(len(rows))
-        share = sum((self.stores[b].view(rows).free_share().sum(axis=1) for b in backends), np.zeros(len(rows)))
+        share = sum((self.stores[b].free[rows] for b in backends), np.zeros(len(rows)))
         return self.stores[backends[0]].host[rows, 0], share
 
     # ------------------------------------------------------------------------------------ per class

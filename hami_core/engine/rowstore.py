@@ -32,6 +32,8 @@ class RowStore:
         self.type_idx = np.full((0, 1), -1, dtype=np.intp)
         self.order = np.zeros((0, 1))
         self.host = np.zeros((0, 2))
+        #: Each row's free device share (milli, summed over its devices), kept with the row.
+        self.free = np.zeros(0)
         self._mix_key: tuple[Any, ...] | None = None
         self.mix: Mix | None = None
         self._state_stamp = np.full(0, -1, dtype=np.int64)
@@ -66,6 +68,7 @@ class RowStore:
         total = getattr(node, "host_total", (np.inf, np.inf))
         used = getattr(node, "host_used", (0, 0))
         self.host[row] = (total[0] - used[0], total[1] - used[1])
+        self.free[row] = self.view(np.array([row])).free_share().sum()
 
     def view(self, rows: np.ndarray) -> DeviceArrays:
         a = np.take(self.arr, rows, axis=1)  # several times faster than ``self.arr[:, rows]``
@@ -195,6 +198,7 @@ class RowStore:
         self.type_idx = np.concatenate([self.type_idx, np.full((grow, self.width), -1, dtype=np.intp)])
         self.order = np.concatenate([self.order, np.zeros((grow, self.width))])
         self.host = np.concatenate([self.host, np.zeros((grow, 2))])
+        self.free = np.concatenate([self.free, np.zeros(grow)])
         self._state_stamp = np.concatenate([self._state_stamp, np.full(grow, -1, dtype=np.int64)])
         self._state = None  # resized on next use
 

@@ -120,3 +120,28 @@ def test_a_pod_without_devices_is_balanced_too(make_engine: Any) -> None:
     scores = fgd_plugin.hami_prescore_nodes(pod=pod, batch=batch, policy=GpuPolicy(node="fgd", gpu="binpack"))
     assert scores[0] // 100 == scores[1] // 100
     assert (scores % 100).tolist() == [0.0, 50.0]
+
+
+def test_the_row_store_keeps_each_rows_free_share(make_engine: Any) -> None:
+    """``RowStore.free`` (kept per row as rows are rebuilt, so the tie-break costs a gather) equals the free share
+    summed from the rows' devices, after placements and after a wider node widens the store."""
+    engine = make_engine({"acme": {}, "scheduler": {"nodeSchedulerPolicy": "fgd", "gpuSchedulerPolicy": "binpack",
+                                                    "fgd": {"ties": "balance", "workload": [HALF, CPU_ONLY]}}})
+    _lean_and_rich(engine)
+
+    def check() -> Any:
+        store = engine.plugin_cache[fgd_plugin.FGD].stores["ACME"]
+        rows = np.asarray(engine.table.rows([engine.nodes[n] for n in sorted(engine.nodes)]))
+        assert store.free[rows].tolist() == store.view(rows).free_share().sum(axis=1).tolist()
+        return store
+
+    for i in range(4):
+        pod = _cpu_heavy_pod(f"p{i}")
+        engine.reserve(pod, engine.schedule(pod))
+        check()
+    assert sorted(check().free[:2].tolist()) != [2000.0, 2000.0]  # placements moved the free share
+    engine.upsert_node(make_node("wide", [acme_device(i, devmem=1000, id=f"wide-g{i}") for i in range(4)],
+                                 allocatable={COUNT: "40", "cpu": "64", "memory": "256Gi"}))
+    pod = _cpu_heavy_pod("after")
+    engine.reserve(pod, engine.schedule(pod))
+    assert check().width == 4
