@@ -271,3 +271,35 @@ def test_fgd_policy_in_simulate(capsys: pytest.CaptureFixture[str]) -> None:
     assert all(d["usedmem"] <= d["totalmem"] for devs in alone["nodes"].values() for d in devs)
     assert main(["simulate", "--policy", "list"]) == 0
     assert "fgd" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("policy", "cpu_pods", "node"), [
+    ("binpack", "policy", "big"),  # MostAllocated: big, with "warm" on it, is the more allocated
+    ("binpack", "least-allocated", "small"),  # kube-scheduler's default in a cluster: the emptier node
+    ("spread", "policy", "small"),
+    ("fgd", "least-allocated", "small"),  # fgd would rank it; least-allocated ignores the policy
+])
+def test_cpu_pods_go_where_the_flag_says(tmp_path: Path, capsys: pytest.CaptureFixture[str], policy: str,
+                                         cpu_pods: str, node: str) -> None:
+    """``--cpu-pods``: pods without devices go as the node policy would (``policy``) or, as in a cluster where
+    HAMi's extender never sees them, to the node with the most free CPU and memory (``least-allocated``). "warm"
+    (2 CPUs) takes big, the first of two idle nodes, under every rule; then "web" shows the rule."""
+    reg = json.dumps([{"id": "GPU-0", "index": 0, "count": 10, "devmem": 10000, "devcore": 100, "type": "NVIDIA T4",
+                       "health": True}])
+    (tmp_path / "cluster.yaml").write_text("".join(
+        f"---\nkind: Node\nmetadata:\n  name: {name}\n  annotations:\n    hami.io/node-nvidia-register: '{reg}'\n"
+        f"status:\n  allocatable: {{cpu: '{cpu}', memory: {mem}}}\n"
+        for name, cpu, mem in (("big", 64, "256Gi"), ("small", 8, "32Gi"))))
+    (tmp_path / "pods.yaml").write_text("".join(
+        f"---\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  containers:\n  - name: c\n"
+        f"    resources:\n      requests: {{cpu: '{cpu}', memory: 1Gi}}\n" for name, cpu in (("warm", 2), ("web", 4))))
+    report = _run_json(capsys, "--cluster", str(tmp_path / "cluster.yaml"), "--workload", str(tmp_path / "pods.yaml"),
+                       "--policy", policy, "--cpu-pods", cpu_pods)
+    assert report["inputs"]["cpu_pods"] == cpu_pods
+    assert _placements(report)["default/warm"]["node"] == "big"
+    assert _placements(report)["default/web"]["node"] == node
+
+
+def test_cpu_pods_refuses_an_unknown_placement(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "--cpu-pods", "random"]) == 2
+    assert "invalid choice: 'random'" in capsys.readouterr().err

@@ -23,6 +23,7 @@ from hami_core.sim import openb
 from hami_core.sim.experiment import Experiment, Policy, PolicyError, parse_seeds, resolve_policies, sim_pods
 from hami_core.sim.loader import InputError, bundled, load_file
 from hami_core.sim.mix import MIX_SOURCES, write_mix
+from hami_core.sim.replay import CPU_POD_PLACEMENTS
 from hami_core.sim.report import print_single, report_json, summary_table, usage_json
 from hami_core.sim.workload import PROTOCOLS, from_task
 
@@ -81,6 +82,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "task list's classes given up front as the FGD paper's typical pods (CPU-only pods "
                           "included, most popular covering scheduler.fgd.coverage): trace weighs each by its share "
                           "of all tasks, paper renormalises them to sum to 1 as the paper's simulator does")
+    run.add_argument("--cpu-pods", choices=CPU_POD_PLACEMENTS, default="policy",
+                     help="where pods without devices go: as the node policy would (policy, the default: binpack "
+                          "packs them, spread spreads them, fgd ranks them, as the FGD paper's simulator places "
+                          "every task), or as kube-scheduler's default does in a cluster, where HAMi's extender never "
+                          "sees them (least-allocated: the node with the most free CPU and memory)")
     out = parser.add_argument_group("output")
     out.add_argument("--report", metavar="PATH", help="write the JSON report here")
     out.add_argument("--html", metavar="PATH", help="write a self-contained HTML report with charts here")
@@ -190,12 +196,12 @@ def run(args: argparse.Namespace) -> int:
         seeds = parse_seeds(args.seeds) if args.seeds else [args.seed if args.seed is not None else 42]
     nodes, quotas, tasks, inputs = _inputs(args, probe)
     inputs.update(mode=mode, seeds=seeds, inflate=args.inflate if mode == "openb" else None,
-                  policies=[p.label for p in policies], fgd_mix=args.fgd_mix,
+                  policies=[p.label for p in policies], fgd_mix=args.fgd_mix, cpu_pods=args.cpu_pods,
                   protocol=args.protocol if mode == "openb" else None)
     single = seeds is None and len(policies) == 1 and len(tasks) <= DETAIL_LIMIT
     experiment = Experiment(config, plugins, nodes, tasks, policies, seeds=seeds, inflate=args.inflate,
                             keep_placements=single, quotas=quotas, fgd_mix=args.fgd_mix,
-                            protocol=args.protocol)
+                            protocol=args.protocol, cpu_pods=args.cpu_pods)
     if args.mix_out:
         write_mix(args.mix_out, experiment.task_mix())
     console = Console(width=None if sys.stdout.isatty() else 140)
@@ -229,7 +235,8 @@ def run(args: argparse.Namespace) -> int:
     header = (f"cluster: {inputs['cluster']} ({inputs['nodes']} nodes)   workload: {inputs['workload']} "
               f"({inputs['tasks']} pods)   mode: {mode}" + (f"   seeds: {seeds}" if seeds else "")
               + (f"   fgd mix: given from the task list ({args.fgd_mix})" if args.fgd_mix != "online" else "")
-              + ("   protocol: the FGD paper's" if args.protocol == "paper" else ""))
+              + ("   protocol: the FGD paper's" if args.protocol == "paper" else "")
+              + ("   CPU-only pods: least allocated" if args.cpu_pods != "policy" else ""))
     if single and runs[0].engine is not None:
         print_single(console, runs[0].engine, runs[0], header)
     else:

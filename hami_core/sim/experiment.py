@@ -14,7 +14,7 @@ from hami_core.engine.facade import Engine
 from hami_core.plugins.errors import AdmissionDenied, AdmissionFailed, HamiError
 from hami_core.sim.fragmentation import workload_classes
 from hami_core.sim.mix import MIX_SOURCES, trace_mix
-from hami_core.sim.replay import Replay, RunResult
+from hami_core.sim.replay import CPU_POD_PLACEMENTS, Replay, RunResult
 from hami_core.sim.workload import PROTOCOLS, SimPod, from_pod, inflate, node_order
 
 
@@ -114,12 +114,16 @@ class Experiment:
     fgd_mix: str = "online"
     #: How a seed draws its task list and node order (:data:`~hami_core.sim.workload.PROTOCOLS`).
     protocol: str = "shuffled"
+    #: Where pods without devices go (:data:`~hami_core.sim.replay.CPU_POD_PLACEMENTS`).
+    cpu_pods: str = "policy"
 
     def __post_init__(self) -> None:
         if self.protocol not in PROTOCOLS:
             raise PolicyError(f"protocol {self.protocol!r}: expected one of {', '.join(PROTOCOLS)}")
         if self.fgd_mix not in MIX_SOURCES:
             raise PolicyError(f"fgd_mix {self.fgd_mix!r}: expected one of {', '.join(MIX_SOURCES)}")
+        if self.cpu_pods not in CPU_POD_PLACEMENTS:
+            raise PolicyError(f"cpu_pods {self.cpu_pods!r}: expected one of {', '.join(CPU_POD_PLACEMENTS)}")
 
     def engine(self, policy: Policy, mix: Sequence[Mapping[str, Any]] = ()) -> Engine:
         """An engine running ``policy``; ``mix``: ``scheduler.fgd.workload`` entries to give it (:meth:`given_mix`)."""
@@ -166,7 +170,7 @@ class Experiment:
         for seed in (self.seeds if self.seeds is not None else [None]):
             for policy in self.policies:
                 replay = Replay(self.engine(policy, mix), self.nodes_for(seed), policy=policy.label, seed=seed,
-                                keep_placements=self.keep_placements)
+                                keep_placements=self.keep_placements, cpu_pods=self.cpu_pods)
                 if seed not in task_lists:
                     task_lists[seed] = self.task_list(seed, replay.result.capacity_milli)
                 tasks = task_lists[seed]

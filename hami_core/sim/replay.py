@@ -29,6 +29,11 @@ INSUFFICIENT_CPU_MEMORY = "InsufficientCPUOrMemory"
 ADMISSION_DENIED = "AdmissionDenied"
 #: Arrived-demand steps (percent of capacity) at which the curve and fragmentation are recorded.
 CHECKPOINT_STEP = 5.0
+#: Where ``hami simulate`` puts pods without devices (``--cpu-pods``): as the node policy would (``policy``: binpack
+#: packs them, spread spreads them, ``fgd`` ranks them as the FGD paper's simulator places every task), or as
+#: kube-scheduler's default scoring does in a cluster, where HAMi's extender never sees them (``least-allocated``:
+#: the node with the most free CPU and memory).
+CPU_POD_PLACEMENTS = ("policy", "least-allocated")
 
 
 @dataclass(slots=True)
@@ -85,8 +90,12 @@ class Replay:
     """Places pods on one engine's cluster and measures; build one per run."""
 
     def __init__(self, engine: Engine, nodes: Sequence[Mapping[str, Any]], *, policy: str, seed: int | None,
-                 classes: Sequence[TaskClass] = (), keep_placements: bool = False) -> None:
+                 classes: Sequence[TaskClass] = (), keep_placements: bool = False,
+                 cpu_pods: str = "policy") -> None:
+        if cpu_pods not in CPU_POD_PLACEMENTS:
+            raise ValueError(f"cpu_pods must be one of {', '.join(CPU_POD_PLACEMENTS)}, got {cpu_pods!r}")
         self.engine = engine
+        self.cpu_pods = cpu_pods
         self.keep = keep_placements
         self.names: list[str] = []
         cpu, mem = [], []
@@ -194,12 +203,13 @@ class Replay:
             with np.errstate(divide="ignore", invalid="ignore"):
                 free = np.nan_to_num(self.cpu_free[idx] / self.cpu_total[idx], nan=1.0) + np.nan_to_num(
                     self.mem_free[idx] / self.mem_total[idx], nan=1.0)
-            # Pods without devices follow the node policy's direction too: binpack packs them onto the
-            # fullest node (kube-scheduler's MostAllocated), spread onto the emptiest (LeastAllocated).
-            # Spreading CPU-only pods over GPU nodes would strand their GPUs for lack of CPU.
-            pick = np.argmax(free) if self._node_policy(pod) == "spread" else np.argmin(free)
-            node = self.names[int(idx[int(pick)])]
-            if decision.scores:  # the node policy ranks every pod (fgd): its best candidate
+            # Pods without devices follow the node policy's direction too (cpu_pods "policy"): binpack packs them
+            # onto the fullest node (kube-scheduler's MostAllocated), spread onto the emptiest (LeastAllocated).
+            # Spreading CPU-only pods over GPU nodes would strand their GPUs for lack of CPU. In a cluster HAMi's
+            # extender never sees them and kube-scheduler's default spreads them: cpu_pods "least-allocated".
+            spread = self.cpu_pods == "least-allocated" or self._node_policy(pod) == "spread"
+            node = self.names[int(idx[int(np.argmax(free) if spread else np.argmin(free))])]
+            if decision.scores and self.cpu_pods == "policy":  # the node policy ranks every pod (fgd): its best
                 node = decision.nodes[0]
             self._consume(node, task)
             # The engine counts every placed pod's CPU and memory (its scheduler watches all pods).
