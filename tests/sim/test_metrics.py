@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 
 from hami_core.engine.config import load_config
+from hami_core.engine.facade import Engine
 from hami_core.plugins.manager import get_plugin_manager
 from hami_core.sim import openb
 from hami_core.sim.experiment import Experiment, Policy, PolicyError, parse_seeds, resolve_policies, summarize
 from hami_core.sim.fragmentation import FragmentationModel, TaskClass, workload_classes
 from hami_core.sim.openb import Task, TraceNode
-from hami_core.sim.replay import dominant_reason
+from hami_core.sim.replay import Replay, dominant_reason
 from hami_core.sim.workload import from_task, inflate, node_order, node_ranks
 
 BINPACK = Policy("binpack", "binpack", "binpack")
@@ -110,6 +111,10 @@ def test_paper_protocol_runs_on_the_renamed_nodes() -> None:
         Experiment(config, pm, nodes, tasks, [BINPACK], seeds=[1], protocol="Paper")
     with pytest.raises(PolicyError, match="fgd_mix 'oracle': expected one of online, trace, paper"):
         Experiment(config, pm, nodes, tasks, [BINPACK], seeds=[1], fgd_mix="oracle")
+    with pytest.raises(PolicyError, match="cpu_pods 'spread': expected one of policy, least-allocated"):
+        Experiment(config, pm, nodes, tasks, [BINPACK], seeds=[1], cpu_pods="spread")
+    with pytest.raises(ValueError, match="cpu_pods must be one of policy, least-allocated, got 'spread'"):
+        Replay(Engine(config, plugins=pm), nodes, policy="binpack", seed=1, cpu_pods="spread")
 
 
 def test_fragmentation_by_hand() -> None:
