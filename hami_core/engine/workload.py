@@ -19,7 +19,7 @@ from hami_core.plugins.types import MEM_PERCENTAGE_UNSET, ContainerRequests, Dev
 from hami_core.wire.common import split_list
 
 __all__ = ["CPU_STEP", "DEFAULT_SCORE_STEPS", "DEVICELESS", "TIE_BREAKS", "TYPED_SCORE_STEPS", "MixClass", "Shape",
-           "Workload", "WorkloadModel", "pod_shapes", "shape_share"]
+           "Workload", "WorkloadModel", "device_share", "pod_shapes", "shape_share"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,11 +147,16 @@ class Workload:
         return sorted({c[0].backend for c in self.classes if not c[0].deviceless})
 
 
+def device_share(cores: int, mem_percentage: int) -> int:
+    """The share of one device (milli, 1000 = whole) a request of ``cores`` and ``mem_percentage`` asks: the larger
+    of the two; 0 for a request given in MiB alone (``MEM_PERCENTAGE_UNSET``), whose share depends on the card."""
+    pct = mem_percentage if mem_percentage != MEM_PERCENTAGE_UNSET else 0
+    return max(min(cores, 100), pct) * 10
+
+
 def shape_share(shape: Shape) -> float:
-    """The share of one device (milli, 1000 = whole) a shape asks: the larger of its cores and memory percentage
-    (as ``hami simulate`` counts demand); 0 for a request given in MiB alone, whose share depends on the card."""
-    pct = shape.mem_percentage if shape.mem_percentage != MEM_PERCENTAGE_UNSET else 0
-    return 10.0 * max(min(shape.cores, 100), pct, 0)
+    """:func:`device_share` of a shape (per device)."""
+    return float(device_share(shape.cores, shape.mem_percentage))
 
 
 def pod_shapes(pod: Mapping[str, Any], requests: ContainerRequests,

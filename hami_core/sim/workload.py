@@ -9,7 +9,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from hami_core.engine.pods import host_requests
-from hami_core.plugins.types import MEM_PERCENTAGE_UNSET, ContainerRequests
+from hami_core.engine.workload import device_share
+from hami_core.plugins.types import ContainerRequests
 from hami_core.sim.openb import Task, pod_object
 from hami_core.wire import keys
 from hami_core.wire.common import split_list
@@ -58,8 +59,7 @@ def from_pod(pod: Mapping[str, Any], requests: ContainerRequests) -> SimPod:
     num_gpu = per_gpu = 0
     for container in requests.containers:
         for req in container.values():
-            pct = req.mem_percentage if req.mem_percentage != MEM_PERCENTAGE_UNSET else 0
-            share = max(min(req.coresreq, 100), pct) * 10
+            share = device_share(req.coresreq, req.mem_percentage)
             num_gpu += req.nums
             per_gpu = max(per_gpu, share)
     annos = (pod.get("metadata") or {}).get("annotations") or {}

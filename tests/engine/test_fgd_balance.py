@@ -11,7 +11,8 @@ from core_helpers import COUNT, acme, acme_device, make_node, make_pod
 
 from hami_core.default_plugins import fgd as fgd_plugin
 from hami_core.default_plugins.fgd import balance_scores
-from hami_core.engine.workload import DEVICELESS, Shape, Workload, pod_shapes, shape_share
+from hami_core.engine.config import FgdConfig
+from hami_core.engine.workload import DEVICELESS, Shape, Workload, WorkloadModel, pod_shapes, shape_share
 from hami_core.plugins.types import MEM_PERCENTAGE_UNSET, GpuPolicy, NodeBatch
 
 HALF = {"backend": "ACME", "cores": 50, "memory": 500, "weight": 0.5, "cpuMilli": 2000}
@@ -54,6 +55,8 @@ def test_auto_is_balance_or_order_for_a_typed_mix() -> None:
     assert Workload(1, typed, ties="auto").tie_break == "order"
     assert Workload(1, (*typed, (DEVICELESS, 1.0, 0.0, 0.0)), ties="balance").tie_break == "balance"
     assert Workload(1, plain, ties="packing").tie_break == "packing"
+    # the default, in config and in the model
+    assert FgdConfig().ties == "auto" and WorkloadModel().snapshot().ties == "auto"
 
 
 def _lean_and_rich(engine: Any) -> None:
