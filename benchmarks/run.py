@@ -193,7 +193,7 @@ def table_schedule(rows: list[dict[str, Any]], cfg: dict[str, Any]) -> Table:
 class Service:
     """The real scheduler service on 127.0.0.1 over a MemoryCluster of ``nodes`` at ``usage``."""
 
-    def __init__(self, nodes: int, usage: float, server: str = "asyncio") -> None:
+    def __init__(self, nodes: int, usage: float, server: str = "asyncio", lock_wait_s: float | None = None) -> None:
         from hami_core.cluster.memory import MemoryCluster
         from hami_core.scheduler.app import Options, Scheduler
 
@@ -201,7 +201,8 @@ class Service:
         self.cluster = MemoryCluster(nodes=[node_obj(n) for n in range(nodes)], pods=usage_pods(nodes, usage))
         self.svc = Scheduler(Engine({"nvidia": {}}), self.cluster,
                              Options(host="127.0.0.1", port=0, metrics_host=None, resync_s=3600.0,
-                                     http_server=server))
+                                     http_server=server,
+                                     **({} if lock_wait_s is None else {"lock_wait_s": lock_wait_s})))
         logging_quiet()
         self.svc.start()
         self.host, self.port = self.svc.server.address[:2]

@@ -99,6 +99,17 @@ def _build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _seconds(text: str) -> float:
+    """An argparse type: a non-negative number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a finite number of seconds, 0 or more")
+    return value
+
+
 def _add_scheduler_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     sched = commands.add_parser(
         "scheduler", parents=[common], help="serve the kube-scheduler extender and admission webhook",
@@ -126,10 +137,14 @@ def _add_scheduler_parser(commands: Any, common: argparse.ArgumentParser) -> Non
                        help="default GPU policy, e.g. spread, binpack, topology-aware (default: the device "
                             "config's, else spread)")
     sched.add_argument("--device-config", metavar="PATH", help="device-config.yaml (default: built-in defaults)")
-    sched.add_argument("--node-lock-timeout", type=float, metavar="SECONDS",
+    sched.add_argument("--node-lock-timeout", type=_seconds, metavar="SECONDS",
                        help="node lock expiry (default: the device config's scheduler.nodeLockTimeout, 300)")
-    sched.add_argument("--node-lock-retry-timeout", type=float, default=28.0, metavar="SECONDS",
+    sched.add_argument("--node-lock-retry-timeout", type=_seconds, default=28.0, metavar="SECONDS",
                        help="how long PodGroup members wait for a locked node (default: 28)")
+    sched.add_argument("--node-lock-wait", type=_seconds, default=10.0, metavar="SECONDS",
+                       help="how long a bind of any other pod waits, queued in arrival order, for a node another "
+                            "pod has locked until its device plugin's Allocate (default: 10; 0 fails the bind at "
+                            "once, as HAMi does, and kube-scheduler retries it after its backoff)")
     sched.add_argument("--resync", type=float, default=15.0, metavar="SECONDS",
                        help="period of the node re-registration pass (default: 15)")
     sched.add_argument("--leader-elect", action="store_true",
@@ -348,7 +363,8 @@ def _cmd_scheduler(args: argparse.Namespace, _extra: list[str]) -> int:
                       metrics_port=metrics[1] if metrics else 0, cert_file=args.tls_cert, key_file=args.tls_key,
                       scheduler_name=args.scheduler_name,
                       lock_timeout_s=args.node_lock_timeout or config.scheduler.node_lock_timeout,
-                      lock_retry_timeout_s=args.node_lock_retry_timeout, resync_s=args.resync,
+                      lock_retry_timeout_s=args.node_lock_retry_timeout, lock_wait_s=args.node_lock_wait,
+                      resync_s=args.resync,
                       http_server=args.http_server)
     try:
         service = Scheduler(engine, cluster, options, is_leader=elector.is_leader if elector else None)

@@ -40,9 +40,11 @@ __all__ = ["DECIDE_WORKERS", "DEFAULT_WORKERS", "AsyncSchedulerServer"]
 
 log = logging.getLogger("hami.scheduler.server")
 
-#: Threads for ``/bind``. A bind may wait long on the API server or, for a PodGroup member, up to
-#: ``--node-lock-retry-timeout`` (28 s) for a locked node, and kube-scheduler binds a whole gang at once.
-DEFAULT_WORKERS = 64
+#: Threads for ``/bind``. A bind may wait long on the API server or for a locked node (``--node-lock-wait``,
+#: 10 s; a PodGroup member ``--node-lock-retry-timeout``, 28 s), and kube-scheduler binds a whole burst at
+#: once: up to :data:`~hami_core.scheduler.nodelock.MAX_WAITERS` binds may wait for one node, so the pool holds
+#: several such queues and still has threads for binds to free nodes. A waiting thread costs little memory.
+DEFAULT_WORKERS = 256
 #: Threads for ``/filter`` and ``/webhook``: a pool of their own, so that binds waiting on node locks never hold
 #: up scheduling decisions or pod admission (kube-scheduler filters one pod at a time).
 DECIDE_WORKERS = 4

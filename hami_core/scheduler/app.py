@@ -13,7 +13,7 @@ from hami_core.engine.facade import Engine
 from hami_core.scheduler.aioserver import AsyncSchedulerServer
 from hami_core.scheduler.extender import Extender
 from hami_core.scheduler.metrics import serve_metrics
-from hami_core.scheduler.nodelock import DEFAULT_RETRY_TIMEOUT_S, DEFAULT_TIMEOUT_S
+from hami_core.scheduler.nodelock import DEFAULT_RETRY_TIMEOUT_S, DEFAULT_TIMEOUT_S, DEFAULT_WAIT_S, WATCHED_POLL_S
 from hami_core.scheduler.server import SchedulerServer
 from hami_core.scheduler.sync import DEFAULT_INTERVAL_S, Sync
 from hami_core.scheduler.webhook import Webhook
@@ -37,6 +37,8 @@ class Options:
     scheduler_name: str = keys.DEFAULT_SCHEDULER_NAME
     lock_timeout_s: float = DEFAULT_TIMEOUT_S
     lock_retry_timeout_s: float = DEFAULT_RETRY_TIMEOUT_S
+    #: ``--node-lock-wait``: how long a bind waits for a node another pod has locked (0: fail at once, as HAMi)
+    lock_wait_s: float = DEFAULT_WAIT_S
     resync_s: float = DEFAULT_INTERVAL_S
     sync_wait_s: float = 30.0
     #: ``asyncio`` (httptools, the default) or ``threaded`` (``http.server``, one thread per connection).
@@ -70,8 +72,12 @@ class Scheduler:
                          is_leader=is_leader)
         self.extender = Extender(engine, cluster, scheduler_name=self.options.scheduler_name,
                                  lock_timeout=self.options.lock_timeout_s,
-                                 lock_retry_timeout=self.options.lock_retry_timeout_s, engine_lock=self.lock,
+                                 lock_retry_timeout=self.options.lock_retry_timeout_s,
+                                 lock_wait=self.options.lock_wait_s, engine_lock=self.lock,
                                  ready=self.sync.wait_synced, sync_wait_s=self.options.sync_wait_s)
+        # binds waiting for a locked node wake on its watch events; the poll is only a fallback then
+        self.sync.node_listeners.append(self.extender.locker.node_changed)
+        self.extender.locker.poll_s = WATCHED_POLL_S
         self.webhook = Webhook(engine, engine_lock=self.lock)
         self.server = make_server(self.options.http_server, self.extender, self.webhook, self.options.host,
                                   self.options.port, cert_file=self.options.cert_file, key_file=self.options.key_file,

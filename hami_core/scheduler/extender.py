@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -85,6 +84,7 @@ class Extender:
     :param scheduler_name: event source component (``--scheduler-name``).
     :param lock_timeout: node lock expiry in seconds (``--node-lock-timeout``).
     :param lock_retry_timeout: PodGroup contention wait (``--node-lock-retry-timeout``).
+    :param lock_wait: every other pod's contention wait (``--node-lock-wait``; 0 fails at once, as HAMi).
     :param engine_lock: the lock around engine access (share it with the sync feed).
     :param ready: ``ready(timeout_s) -> bool`` waits for the first registration pass (§6.1).
     :param sync_wait_s: how long filter waits for ``ready`` before answering ``context cancelled``.
@@ -94,7 +94,7 @@ class Extender:
                  lock_timeout: float = DEFAULT_TIMEOUT_S, lock_retry_timeout: float = DEFAULT_RETRY_TIMEOUT_S,
                  engine_lock: threading.RLock | None = None, ready: Callable[[float], bool] | None = None,
                  sync_wait_s: float = 30.0, clock: Callable[[], float] | None = None,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] | None = None, lock_wait: float = 0.0) -> None:
         self.engine = engine
         self.cluster = cluster
         self.scheduler_name = scheduler_name
@@ -105,7 +105,7 @@ class Extender:
         self._names_seen: list[str] | None = None  # the last NodeNames list that passed the check
         self.bound = BoundLedgers(engine)
         self.locker = NodeLocker(cluster, timeout_s=lock_timeout, retry_timeout_s=lock_retry_timeout,
-                                 clock=self.clock, sleep=sleep)
+                                 wait_s=lock_wait, clock=self.clock, sleep=sleep)
 
     # ------------------------------------------------------------------------------------ filter
     def filter(self, args: Mapping[str, Any]) -> dict[str, Any]:

@@ -11,7 +11,17 @@ a JSON merge patch carrying ``metadata.resourceVersion``, so two schedulers raci
 * set/release retry 5 times with exponential backoff (100 ms, doubling, jitter 0.5) on anything but contention.
   A write whose response was lost is detected by re-reading the node: the lock is ours if it carries our
   owner (or, owner-less, exactly the value we wrote).
-* PodGroup members retry contention every 100 ms until ``retry_timeout_s`` (default 28 s).
+* PodGroup members wait out contention until ``retry_timeout_s`` (default 28 s); other pods until ``wait_s``
+  (``--node-lock-wait``; 0, HAMi's behaviour, fails them at once). HAMi holds the lock from bind until the
+  device plugin's Allocate, so under binpack a burst of pods for one node contends for it pod after pod: a bind
+  refused for contention goes back to kube-scheduler's backoff (1 s doubling to 10 s, HAMi #1367, #1130), where
+  a bind that waits is done one Allocate (~20-100 ms) after the one before it.
+* Waiting is event-driven and in order: the binds waiting for one node queue first come, first served, and
+  only the head reads the node, when the Node watch reports a change (:meth:`NodeLocker.node_changed`) or
+  every ``poll_s`` without one (100 ms, as HAMi's PodGroup retry; 1 s once the scheduler feeds it the
+  watch); the rest wait in the queue without calling the API server. At most
+  :data:`MAX_WAITERS` wait per node: more fail at once, as without waiting, so that a burst cannot take every
+  bind thread.
 """
 
 from __future__ import annotations
@@ -20,6 +30,7 @@ import logging
 import random
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -31,15 +42,23 @@ from hami_core.plugins.types import LockSpec
 from hami_core.wire import keys
 from hami_core.wire.lock import decode_node_lock, encode_lock_time, encode_node_lock
 
-__all__ = ["LockContention", "NodeLocker", "go_duration", "is_pod_group_member", "retry"]
+__all__ = ["DEFAULT_WAIT_S", "MAX_WAITERS", "WATCHED_POLL_S", "LockContention", "NodeLocker", "go_duration",
+           "is_pod_group_member", "retry"]
 
 log = logging.getLogger("hami.scheduler.nodelock")
 
 DEFAULT_TIMEOUT_S = 300.0
 DEFAULT_RETRY_TIMEOUT_S = 28.0
+#: ``--node-lock-wait``: how long a bind of a pod outside any PodGroup waits for a locked node.
+DEFAULT_WAIT_S = 10.0
+#: Binds that may wait for one node at a time; the next ones fail at once (kube-scheduler retries them).
+MAX_WAITERS = 64
 ATTEMPTS = 5
 BACKOFF_S = 0.1
 CONTENTION_POLL_S = 0.1
+#: The poll of a waiting bind whose node locker hears the Node watch (:meth:`NodeLocker.node_changed` wakes it
+#: at once; the poll only covers an event the watch missed).
+WATCHED_POLL_S = 1.0
 
 
 class LockContention(TemporaryError):
@@ -67,6 +86,18 @@ def is_pod_group_member(pod: Mapping[str, Any]) -> bool:
     return bool(isinstance(group, Mapping) and group.get("podGroupName"))
 
 
+class _Queue:
+    """The binds of this process waiting for one node's lock, in arrival order, and a count of that node's
+    watch events (a waiter sleeps until it changes)."""
+
+    __slots__ = ("changed", "tickets", "version")
+
+    def __init__(self, guard: threading.Lock) -> None:
+        self.changed = threading.Condition(guard)
+        self.tickets: deque[object] = deque()
+        self.version = 0
+
+
 class NodeLocker:
     """Acquires and releases node locks for pods.
 
@@ -75,22 +106,34 @@ class NodeLocker:
         overrides it per backend.
     :param retry_timeout_s: how long PodGroup members wait out contention (``--node-lock-retry-timeout``);
         0 disables waiting.
-    :param clock: Unix seconds (tests inject a fake); ``sleep`` likewise.
+    :param wait_s: how long other pods wait out contention (``--node-lock-wait``); 0 (the default here, HAMi's
+        behaviour) fails them at once.
+    :param clock: Unix seconds (tests inject a fake).
+    :param sleep: backoff between write attempts. A test that injects one (with a fake ``clock``) also waits out
+        contention by calling it, on ``clock``'s time; by default waits block on the node's watch events, with
+        deadlines on the monotonic clock.
     """
 
     def __init__(self, cluster: Cluster, *, timeout_s: float = DEFAULT_TIMEOUT_S,
-                 retry_timeout_s: float = DEFAULT_RETRY_TIMEOUT_S, clock: Callable[[], float] = time.time,
-                 sleep: Callable[[float], None] = time.sleep, attempts: int = ATTEMPTS,
-                 backoff_s: float = BACKOFF_S) -> None:
+                 retry_timeout_s: float = DEFAULT_RETRY_TIMEOUT_S, wait_s: float = 0.0,
+                 clock: Callable[[], float] = time.time, sleep: Callable[[float], None] | None = None,
+                 attempts: int = ATTEMPTS, backoff_s: float = BACKOFF_S) -> None:
         self.cluster = cluster
         self.timeout_s = timeout_s
         self.retry_timeout_s = retry_timeout_s
+        self.wait_s = wait_s
         self.clock = clock
-        self.sleep = sleep
+        self.sleep = sleep if sleep is not None else time.sleep
+        self._fake_time = sleep is not None
         self.attempts = attempts
         self.backoff_s = backoff_s
         self._mutexes: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
+        self._queues: dict[str, _Queue] = {}
+        self._queue_guard = threading.Lock()  # the one lock under every queue's condition
+        self.poll_s = CONTENTION_POLL_S
+        #: attempts that found the lock held and then waited (not those refused at once)
+        self.contended = 0
 
     # ------------------------------------------------------------------------------------ public
     def acquire(self, node: str, pod: Mapping[str, Any], spec: LockSpec,
@@ -101,19 +144,68 @@ class NodeLocker:
         the node again (the lock write is a compare-and-swap on its resourceVersion, so a stale ``seen`` costs a
         conflict and a fresh read, never a wrong lock). Returns the Node as last read or written (for the next
         lock on the same node), or None when that is unknown.
+
+        While another pod holds the lock, a PodGroup member waits up to ``retry_timeout_s`` and any other pod up
+        to ``wait_s``, queued behind the binds already waiting for ``node`` (see the module's docstring).
         """
-        if not is_pod_group_member(pod) or self.retry_timeout_s <= 0:
+        budget = self.retry_timeout_s if is_pod_group_member(pod) and self.retry_timeout_s > 0 else self.wait_s
+        if budget <= 0:
             return self._acquire_once(node, pod, spec, seen)
-        deadline = self.clock() + self.retry_timeout_s
-        while True:
-            try:
-                return self._acquire_once(node, pod, spec, seen)
-            except LockContention:
-                seen = None
-                if self.clock() >= deadline:
-                    raise LockContention(f"timed out after {go_duration(self.retry_timeout_s)} waiting for node "
-                                         f"{node} to be unlocked: node lock contention") from None
-                self.sleep(CONTENTION_POLL_S)
+        ticket = object()
+        queued = False  # behind others, or found the lock held: this bind waited
+        with self._queue_guard:  # find or make the queue and join it in one step: an empty one is dropped
+            queue = self._queues.get(node)
+            if queue is None:
+                queue = self._queues[node] = _Queue(self._queue_guard)
+            if not queue.tickets:  # nobody waiting: try at once, as without waiting
+                queue.tickets.append(ticket)
+            elif len(queue.tickets) >= MAX_WAITERS:
+                log.info("node %s: %d binds already wait for its lock; %s/%s does not", node, len(queue.tickets),
+                         *_owner(pod))
+                raise self._contention(node, spec)
+            else:
+                queue.tickets.append(ticket)
+                seen, queued = None, True  # read when our turn comes
+        now = self._now()
+        deadline = now + budget
+        try:
+            with self._queue_guard:
+                while queue.tickets[0] is not ticket:
+                    self._pause(queue, queue.version, deadline, node, budget)
+            while True:
+                with self._queue_guard:
+                    version = queue.version
+                try:
+                    obj = self._acquire_once(node, pod, spec, seen)
+                except LockContention:
+                    seen, queued = None, True
+                    with self._queue_guard:
+                        self.contended += 1
+                        self._pause(queue, version, deadline, node, budget)
+                    continue
+                if queued:
+                    log.debug("node %s: %s/%s waited %.3f s for the lock", node, *_owner(pod), self._now() - now)
+                return obj
+        finally:
+            with self._queue_guard:
+                queue.tickets.remove(ticket)
+                if not queue.tickets:
+                    self._queues.pop(node, None)
+                queue.changed.notify_all()
+
+    def node_changed(self, node: str) -> None:
+        """A watch event for ``node``: wake the binds waiting for its lock (cheap; call it for every event)."""
+        with self._queue_guard:
+            queue = self._queues.get(node)
+            if queue is not None:
+                queue.version += 1
+                queue.changed.notify_all()
+
+    def waiting(self, node: str) -> int:
+        """How many binds of this process wait for ``node``'s lock now."""
+        with self._queue_guard:
+            queue = self._queues.get(node)
+            return len(queue.tickets) if queue is not None else 0
 
     def release(self, node: str, pod: Mapping[str, Any], spec: LockSpec, *, force: bool = False) -> None:
         """Remove the lock if ``pod`` holds it (or anyone, with ``force``; owner-less locks always)."""
@@ -128,6 +220,27 @@ class NodeLocker:
             return
         with self._mutex(node):
             self._retry(f"release lock on node {node}", lambda: self._release_step(node, spec, value))
+
+    # ------------------------------------------------------------------------------------ waiting
+    def _now(self) -> float:
+        return self.clock() if self._fake_time else time.monotonic()
+
+    def _pause(self, queue: _Queue, version: int, deadline: float, node: str, budget: float) -> None:
+        """With ``_queue_guard`` held: sleep until ``queue``'s node changes after ``version``, the queue moves, or
+        the poll interval passes; raise the timeout's contention once ``deadline`` is past."""
+        remaining = deadline - self._now()
+        if remaining <= 0:
+            raise LockContention(f"timed out after {go_duration(budget)} waiting for node {node} to be unlocked: "
+                                 "node lock contention")
+        if self._fake_time:
+            self._queue_guard.release()
+            try:
+                self.sleep(self.poll_s)
+            finally:
+                self._queue_guard.acquire()
+            return
+        if queue.version == version:
+            queue.changed.wait(min(remaining, self.poll_s))
 
     # ------------------------------------------------------------------------------------ steps
     def _timeout(self, spec: LockSpec) -> float:
@@ -224,9 +337,10 @@ class NodeLocker:
             return self._mutexes.setdefault(node, threading.Lock())
 
     def forget(self, node: str) -> None:
-        """Drop the per-node mutex of a deleted node."""
+        """Drop the per-node mutex of a deleted node (and wake its waiters, which then fail on reading it)."""
         with self._guard:
             self._mutexes.pop(node, None)
+        self.node_changed(node)
 
 
 def _contention(exc: BaseException) -> bool:

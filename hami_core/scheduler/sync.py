@@ -38,6 +38,10 @@ class Sync:
 
     :param is_leader: only the leader registers nodes (§9.2); losing leadership clears ``synced``.
     :param interval_s: period of the re-registration pass (HAMi: 15 s).
+    :param on_pass: called after each registration pass.
+
+    ``node_listeners`` are called with the node's name on every Node watch event, before it is applied (the
+    node locker wakes the binds waiting for that node's lock).
     """
 
     def __init__(self, engine: Engine, cluster: Cluster, *, engine_lock: threading.RLock | None = None,
@@ -49,6 +53,7 @@ class Sync:
         self.interval_s = interval_s
         self.is_leader = is_leader or (lambda: True)
         self.on_pass = on_pass
+        self.node_listeners: list[Callable[[str], None]] = []
         self._synced = threading.Event()
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -133,6 +138,11 @@ class Sync:
     def on_node(self, event: str, node: dict[str, Any]) -> None:
         """Watch callback for Nodes."""
         name = str(metadata(node).get("name") or "")
+        for listener in self.node_listeners:
+            try:
+                listener(name)
+            except Exception:
+                log.exception("node %s: listener %r failed", name, listener)
         try:
             if event == "DELETED":
                 with self.lock:

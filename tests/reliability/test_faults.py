@@ -9,6 +9,7 @@ requests; Allocate is the real :class:`~hami_core.node.allocate.Allocator` on th
 
 from __future__ import annotations
 
+import threading
 import time
 from datetime import datetime
 from typing import Any
@@ -191,7 +192,7 @@ def test_lock_of_a_pod_whose_allocate_never_comes_expires_on_a_fake_clock(server
     assert Driver([a], kube_cluster(server), ["n1"], allocate=False).run([pod], threads=1).bound == {"p": "n1"}
     a.stop()
     now = [time.time()]
-    b = start_replica(server, clock=lambda: now[0], lock_timeout_s=300)
+    b = start_replica(server, clock=lambda: now[0], lock_timeout_s=300, lock_wait_s=0)  # refused, not waiting
     b.extender.locker.clock = lambda: now[0]
     try:
         second = server.create("pods", "default", gpu_pod("q", mem=8000))
@@ -203,6 +204,33 @@ def test_lock_of_a_pod_whose_allocate_never_comes_expires_on_a_fake_clock(server
         _consistent(server, b)
     finally:
         b.stop()
+
+
+def test_a_bind_waits_for_the_lock_and_wakes_on_the_node_watch(server: FakeApiServer) -> None:
+    """``--node-lock-wait`` over the real watch: q's bind finds n1 locked by p (bound, Allocate not yet come)
+    and waits instead of failing; the device plugin's Allocate (its own API client) releases the lock, the Node
+    watch delivers that to the replica, and the waiting bind takes the lock and binds. The fallback poll and the
+    wait are set to a minute, so only the watch event can wake the bind before the test's deadline."""
+    a = _setup(server)
+    try:
+        a.extender.locker.poll_s = a.extender.locker.wait_s = 60.0
+        p = server.create("pods", "default", gpu_pod("p", mem=4000))
+        assert Driver([a], kube_cluster(server), ["n1"], allocate=False).run([p], threads=1).bound == {"p": "n1"}
+        q = server.create("pods", "default", gpu_pod("q", mem=4000))
+        outcome: list[Any] = []
+        binder = threading.Thread(target=lambda: outcome.append(
+            Driver([a], kube_cluster(server), ["n1"], max_attempts=1, allocate=False).run([q], threads=1)))
+        binder.start()
+        assert wait_until(lambda: a.extender.locker.contended == 1, timeout_s=10)  # found it locked
+        assert decode_node_lock(annotations(server.get("nodes", "", "n1"))[keys.NODE_LOCK]).owned_by("default", "p")
+        Driver([a], kube_cluster(server), []).allocator("n1").allocate([["GPU-0"]])  # p's Allocate: lock released
+        binder.join(20)
+        assert not binder.is_alive()
+        assert outcome[0].bound == {"q": "n1"} and not outcome[0].pending
+        assert decode_node_lock(annotations(server.get("nodes", "", "n1"))[keys.NODE_LOCK]).owned_by("default", "q")
+        assert a.extender.locker.waiting("n1") == 0
+    finally:
+        a.stop()
 
 
 @pytest.mark.parametrize("end", ["deleted", "Succeeded", "Failed"])

@@ -53,3 +53,31 @@ def test_scheduler_serves_with_either_http_server(tmp_path: Path, server: str) -
 def test_unknown_http_server_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["scheduler", "--http-server", "twisted"]) == 2
     assert "invalid choice: 'twisted'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["-1", "soon", "inf", "nan"])
+def test_bad_lock_wait_is_a_usage_error_naming_the_flag(capsys: pytest.CaptureFixture[str], value: str) -> None:
+    assert main(["scheduler", "--node-lock-wait", value]) == 2
+    err = capsys.readouterr().err
+    assert "argument --node-lock-wait:" in err and repr(value) in err
+
+
+def test_lock_flags_reach_the_bind_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--node-lock-wait`` and ``--node-lock-retry-timeout`` end up on the extender's node locker."""
+    import hami_core.scheduler.app as app
+
+    seen: list[app.Scheduler] = []
+
+    class Built(app.Scheduler):
+        def start(self) -> None:
+            seen.append(self)
+            raise OSError("stopped by the test before serving")
+
+    monkeypatch.setattr(app, "Scheduler", Built)
+    cluster_file = tmp_path / "cluster.yaml"
+    cluster_file.write_text(yaml.safe_dump_all([nvidia_node("node-a")]))
+    assert main(["scheduler", "--cluster-file", str(cluster_file), "--http-bind", "127.0.0.1:0", "--metrics-bind",
+                 "", "--node-lock-wait", "2.5", "--node-lock-retry-timeout", "7"]) != 0
+    locker = seen[0].extender.locker
+    assert (locker.wait_s, locker.retry_timeout_s) == (2.5, 7.0)
+    assert seen[0].sync.node_listeners == [locker.node_changed]

@@ -8,7 +8,7 @@ from typing import Any
 from sched_helpers import get, gpu_pod, make_engine, nvidia_node, post
 
 from hami_core.cluster.memory import MemoryCluster
-from hami_core.scheduler.app import Scheduler
+from hami_core.scheduler.app import Options, Scheduler
 from hami_core.scheduler.sync import Sync
 from hami_core.wire import keys
 from hami_core.wire.lock import decode_node_lock
@@ -95,12 +95,15 @@ def test_simulation_path_uses_supplied_nodes_only(service: Scheduler, cluster: M
     assert result["NodeNames"] is None and not cluster.events
 
 
-def test_two_binds_race_for_one_node_lock(service: Scheduler, cluster: MemoryCluster) -> None:
-    for name in ("r1", "r2"):
+def _race_two_binds(service: Scheduler, cluster: MemoryCluster, names: tuple[str, ...] = ("r1", "r2"),
+                    during: Any = None) -> dict[str, dict[str, Any]]:
+    """Filter ``names`` onto node-a one by one, then bind them all at once (kube-scheduler binds asynchronously);
+    ``during()`` runs while the binds are in flight."""
+    for name in names:
         pod = cluster.add_pod(gpu_pod(name, mem=1000))
         assert post(service.server.url + "/filter", {"Pod": pod, "NodeNames": ["node-a"]})[2]["NodeNames"] == ["node-a"]
     results: dict[str, dict[str, Any]] = {}
-    barrier = threading.Barrier(2)
+    barrier = threading.Barrier(len(names))
 
     def bind(name: str) -> None:
         barrier.wait()
@@ -108,11 +111,24 @@ def test_two_binds_race_for_one_node_lock(service: Scheduler, cluster: MemoryClu
                              {"PodName": name, "PodNamespace": "default", "PodUID": f"uid-default-{name}",
                               "Node": "node-a"})[2]
 
-    threads = [threading.Thread(target=bind, args=(n,)) for n in ("r1", "r2")]
+    threads = [threading.Thread(target=bind, args=(n,)) for n in names]
     for t in threads:
         t.start()
+    if during is not None:
+        during()
     for t in threads:
         t.join()
+    return results
+
+
+def test_two_binds_race_for_one_node_lock_without_waiting(cluster: MemoryCluster) -> None:
+    """``--node-lock-wait 0``: HAMi's behaviour, the loser fails at once with HAMi's contention error."""
+    svc = Scheduler(make_engine(), cluster, Options(host="127.0.0.1", port=0, metrics_host=None, lock_wait_s=0))
+    svc.start()
+    try:
+        results = _race_two_binds(svc, cluster)
+    finally:
+        svc.stop()
     errors = sorted(r["Error"] for r in results.values())
     assert errors[0] == ""
     assert errors[1] == "node node-a has been locked within 5m0s: node lock contention"
@@ -120,6 +136,34 @@ def test_two_binds_race_for_one_node_lock(service: Scheduler, cluster: MemoryClu
     lock = decode_node_lock(cluster.get_node("node-a")["metadata"]["annotations"][keys.NODE_LOCK])
     assert lock.owned_by("default", winner)
     assert len(_events(cluster, "BindingFailed")) == 1
+
+
+def test_binds_for_one_node_wait_for_the_device_plugin_in_turn(service: Scheduler, cluster: MemoryCluster) -> None:
+    """The default ``--node-lock-wait``: three binds for one node at once; a device-plugin stand-in releases the
+    lock of each pod it finds bound (as Allocate does). Every bind succeeds, one after another, each taking the
+    lock only once the one before it was released; nobody is refused."""
+    taken: list[str] = []
+    done = threading.Event()
+
+    def device_plugin() -> None:  # release each holder's lock once its pod is bound; stop after three
+        while len(taken) < 3:
+            annos = cluster.get_node("node-a")["metadata"].get("annotations") or {}
+            value = annos.get(keys.NODE_LOCK)
+            if value:
+                holder = decode_node_lock(value).name or ""
+                if cluster.get_pod("default", holder)["spec"].get("nodeName") == "node-a":
+                    taken.append(holder)
+                    cluster.patch_node("node-a", {"metadata": {"annotations": {keys.NODE_LOCK: None}}})
+            done.wait(0.005)
+
+    plugin = threading.Thread(target=device_plugin, daemon=True)
+    results = _race_two_binds(service, cluster, ("w1", "w2", "w3"), during=plugin.start)
+    plugin.join(10)
+    assert {n: r["Error"] for n, r in results.items()} == {"w1": "", "w2": "", "w3": ""}
+    assert sorted(taken) == ["w1", "w2", "w3"]  # each held the lock alone, in some order, and was released
+    assert not _events(cluster, "BindingFailed")
+    assert all(cluster.get_pod("default", n)["spec"]["nodeName"] == "node-a" for n in ("w1", "w2", "w3"))
+    assert service.extender.locker.waiting("node-a") == 0
 
 
 def test_bind_of_unknown_pod_or_node_is_an_error(service: Scheduler, cluster: MemoryCluster) -> None:

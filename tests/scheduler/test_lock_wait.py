@@ -1,0 +1,140 @@
+"""``--node-lock-wait``: binds wait for a locked node in arrival order, woken by the Node watch.
+
+The locker runs on a :class:`MemoryCluster` whose watch feeds :meth:`NodeLocker.node_changed`, as the scheduler's
+Sync does. The fallback poll is set to a minute, so every wake-up within these tests comes from a watch event
+or from the queue moving.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from sched_helpers import gpu_pod, nvidia_node
+
+from hami_core.cluster.base import NotFoundError
+from hami_core.cluster.memory import MemoryCluster
+from hami_core.plugins.types import LockSpec
+from hami_core.scheduler.nodelock import MAX_WAITERS, LockContention, NodeLocker
+from hami_core.wire import keys
+from hami_core.wire.lock import decode_node_lock
+
+SPEC = LockSpec(keys.NODE_LOCK)
+
+
+def _watched(names: list[str], wait_s: float) -> tuple[MemoryCluster, NodeLocker]:
+    cluster = MemoryCluster(nodes=[nvidia_node("n")], pods=[gpu_pod(n) for n in names])
+    locker = NodeLocker(cluster, wait_s=wait_s)
+    locker.poll_s = 60.0
+    cluster.watch(lambda event, node: locker.node_changed(node["metadata"]["name"]), lambda event, pod: None)
+    return cluster, locker
+
+
+def _holder(cluster: MemoryCluster) -> str | None:
+    value = (cluster.get_node("n")["metadata"].get("annotations") or {}).get(keys.NODE_LOCK)
+    return decode_node_lock(value).name if value else None
+
+
+def _until(predicate: Any, timeout_s: float = 10.0) -> None:
+    """Wait for ``predicate`` (a bound for convergence, not a timing check)."""
+    done = threading.Event()
+    for _ in range(int(timeout_s / 0.005)):
+        if predicate():
+            return
+        done.wait(0.005)
+    raise AssertionError("condition not reached")
+
+
+def _release(cluster: MemoryCluster) -> None:
+    """What the device plugin does after Allocate."""
+    cluster.patch_node("n", {"metadata": {"annotations": {keys.NODE_LOCK: None}}})
+
+
+def test_waiters_take_the_lock_in_arrival_order() -> None:
+    names = ["holder", "w0", "w1", "w2", "w3"]
+    cluster, locker = _watched(names, wait_s=30)
+    locker.acquire("n", gpu_pod("holder"), SPEC)
+    errors: list[BaseException] = []
+
+    def take(name: str) -> None:
+        try:
+            locker.acquire("n", gpu_pod(name), SPEC)
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = []
+    for i, name in enumerate(names[1:]):
+        threads.append(threading.Thread(target=take, args=(name,)))
+        threads[-1].start()
+        _until(lambda i=i: locker.waiting("n") == i + 1)  # arrived in this order
+    order = []
+    for _ in names[1:]:
+        before = _holder(cluster)
+        _release(cluster)
+        _until(lambda before=before: _holder(cluster) not in (None, before))
+        order.append(_holder(cluster))
+    for t in threads:
+        t.join(10)
+    assert not errors
+    assert order == ["w0", "w1", "w2", "w3"]
+    assert locker.waiting("n") == 0 and locker.contended >= 4
+
+
+def test_a_full_queue_refuses_at_once_and_waiters_time_out_with_the_contention_error() -> None:
+    names = ["holder", "late", *(f"w{i}" for i in range(MAX_WAITERS))]
+    cluster, locker = _watched(names, wait_s=1.0)
+    locker.acquire("n", gpu_pod("holder"), SPEC)
+    outcomes: dict[str, str] = {}
+
+    def take(name: str) -> None:
+        try:
+            locker.acquire("n", gpu_pod(name), SPEC)
+            outcomes[name] = "locked"
+        except LockContention as exc:
+            outcomes[name] = str(exc)
+
+    threads = [threading.Thread(target=take, args=(f"w{i}",)) for i in range(MAX_WAITERS)]
+    for t in threads:
+        t.start()
+    _until(lambda: locker.waiting("n") == MAX_WAITERS)
+    with pytest.raises(LockContention, match=r"^node n has been locked within 5m0s: node lock contention$"):
+        locker.acquire("n", gpu_pod("late"), SPEC)  # the queue is full: HAMi's error, without waiting
+    for t in threads:
+        t.join(10)
+    assert set(outcomes.values()) == {"timed out after 1s waiting for node n to be unlocked: node lock contention"}
+    assert _holder(cluster) == "holder" and locker.waiting("n") == 0
+
+
+def test_a_waiter_whose_node_is_deleted_fails_at_once() -> None:
+    cluster, locker = _watched(["holder", "w"], wait_s=30)
+    locker.acquire("n", gpu_pod("holder"), SPEC)
+    outcome: list[BaseException] = []
+    waiter = threading.Thread(target=lambda: outcome.append(_raised(lambda: locker.acquire("n", gpu_pod("w"), SPEC))))
+    waiter.start()
+    _until(lambda: locker.contended == 1)
+    cluster.delete_node("n")
+    waiter.join(10)
+    assert not waiter.is_alive() and isinstance(outcome[0], NotFoundError)
+
+
+def test_a_pod_outside_any_group_waits_on_a_fake_clock_then_times_out() -> None:
+    clock = [1_750_000_000.0]
+    cluster = MemoryCluster(nodes=[nvidia_node("n")], pods=[gpu_pod("holder"), gpu_pod("w")])
+    locker = NodeLocker(cluster, clock=lambda: clock[0], sleep=lambda s: clock.__setitem__(0, clock[0] + s),
+                        wait_s=3, retry_timeout_s=0)
+    locker.acquire("n", gpu_pod("holder"), SPEC)
+    with pytest.raises(LockContention, match=r"^timed out after 3s waiting for node n to be unlocked"):
+        locker.acquire("n", gpu_pod("w"), SPEC)
+    assert clock[0] >= 1_750_000_003.0 and locker.contended >= 30  # polled every 100 ms of fake time
+    locker.wait_s = 0
+    with pytest.raises(LockContention, match=r"^node n has been locked within 5m0s"):
+        locker.acquire("n", gpu_pod("w"), SPEC)
+
+
+def _raised(call: Any) -> BaseException | None:
+    try:
+        call()
+    except BaseException as exc:
+        return exc
+    return None
