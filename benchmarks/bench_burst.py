@@ -131,19 +131,22 @@ def burst(pods: int, allocate_ms: float, lock_wait_s: float, *, nodes: int = NOD
             timer.cancel()
         svc.stop()
     times = sorted(bound_at.values())
-    return {"pods": pods, "allocate_ms": allocate_ms, "lock_wait_s": lock_wait_s, "bound": len(bound_at),
+    return {"pods": pods, "allocate_ms": allocate_ms, "lock_wait_s": lock_wait_s, "backoff_s": list(backoff_s),
+            "bound": len(bound_at),
             "refused_binds": refused, "filters": sum(attempts.values()), "wall_s": wall,
             "p50_s": statistics.median(times), "last_s": times[-1],
             "nodes_used": len({(svc.cluster.get_pod("bench", n)["spec"] or {}).get("nodeName") for n in names})}
 
 
-def section(pods: int, allocate_ms: list[float], waits: list[float]) -> list[dict[str, Any]]:
-    return [burst(pods, ms, wait) for ms in allocate_ms for wait in waits]
+def section(pods: int, allocate_ms: list[float], waits: list[float],
+            backoff_s: tuple[float, float] = BACKOFF_S) -> list[dict[str, Any]]:
+    return [burst(pods, ms, wait, backoff_s=backoff_s) for ms in allocate_ms for wait in waits]
 
 
 def table(rows: list[dict[str, Any]]) -> Table:
-    out = Table(title="7. A burst for one node: submit to all bound (binpack, kube-scheduler backoff 1-10 s, "
-                      "device plugin releasing the lock after Allocate)")
+    first, most = rows[0]["backoff_s"] if rows else BACKOFF_S
+    out = Table(title=f"7. A burst for one node: submit to all bound (binpack, kube-scheduler backoff "
+                      f"{first:g}-{most:g} s, device plugin releasing the lock after Allocate)")
     for col in ("pods", "Allocate after bind", "--node-lock-wait", "bound", "binds refused", "filters",
                 "half bound (s)", "all bound (s)", "nodes used"):
         out.add_column(col, justify="right")
@@ -159,10 +162,12 @@ def main() -> int:
     parser.add_argument("--pods", type=int, default=40)
     parser.add_argument("--allocate-ms", default="20,200", help="device plugin delays, comma list (default 20,200)")
     parser.add_argument("--waits", default="0,10", help="--node-lock-wait values, comma list (default 0,10)")
+    parser.add_argument("--backoff", default="1,10", help="kube-scheduler's initial,max backoff in s (default 1,10)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    first, most = (float(x) for x in args.backoff.split(","))
     rows = section(args.pods, [float(x) for x in args.allocate_ms.split(",")],
-                   [float(x) for x in args.waits.split(",")])
+                   [float(x) for x in args.waits.split(",")], (first, most))
     if args.json:
         json.dump(rows, sys.stdout, indent=2)
         print()

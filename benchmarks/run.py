@@ -13,7 +13,9 @@ Sections (``--sections 1,2,...``):
 4. memory: RSS of an engine holding N nodes x 8 GPUs and M booked pods (in a clean subprocess);
 5. ``hami simulate`` on the openb default trace, one seed, binpack (wall time of a subprocess);
 6. the ``fgd`` policy against binpack, ``schedule(limit=1)`` on 1,000 and 5,000 nodes with the same pod again
-   and again and with a stream of pods of many shapes, each reserved (``bench_fgd.py``).
+   and again and with a stream of pods of many shapes, each reserved (``bench_fgd.py``);
+7. a burst of pods for one node, from submission to all bound, with kube-scheduler's backoff and a device plugin
+   releasing the node lock after Allocate, with ``--node-lock-wait 0`` (HAMi) and 10 (``bench_burst.py``).
 
 Section 1 reports wall time and the thread's CPU time (``time.thread_time``): on a shared machine the wall
 p99 includes time the OS gave to other processes, the CPU p99 does not. ``meta`` records the load average
@@ -46,6 +48,7 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+import bench_burst  # noqa: E402
 import bench_fgd  # noqa: E402
 from bench_schedule import GPU_MEM, GPUS_PER_NODE  # noqa: E402
 
@@ -55,10 +58,10 @@ console = Console(stderr=True)
 
 FULL = {"nodes": [1000, 5000, 10000], "usage": [0.0, 0.5, 0.9], "pods": 1000, "full_eval": 50, "http_pods": 300,
         "tp_nodes": 1000, "tp_pods": 10000, "mem_nodes": 10000, "mem_pods": 50000, "fgd_nodes": [1000, 5000],
-        "fgd_pods": 300, "servers": ["asyncio", "threaded"]}
+        "fgd_pods": 300, "servers": ["asyncio", "threaded"], "burst_pods": 40, "burst_allocate_ms": [20.0]}
 QUICK = {"nodes": [200, 1000], "usage": [0.0, 0.5], "pods": 100, "full_eval": 10, "http_pods": 50,
          "tp_nodes": 1000, "tp_pods": 1000, "mem_nodes": 1000, "mem_pods": 5000, "fgd_nodes": [200],
-         "fgd_pods": 30, "servers": ["asyncio", "threaded"]}
+         "fgd_pods": 30, "servers": ["asyncio", "threaded"], "burst_pods": 8, "burst_allocate_ms": [20.0]}
 
 
 # --------------------------------------------------------------------------------------------- builders
@@ -498,11 +501,17 @@ def section_fgd(cfg: dict[str, Any]) -> list[dict[str, Any]]:
     return bench_fgd.section(cfg["fgd_nodes"], 0.5, cfg["fgd_pods"], progress=False)
 
 
+def section_burst(cfg: dict[str, Any]) -> list[dict[str, Any]]:
+    """A burst for one node with and without waiting for the node lock; see bench_burst.py."""
+    with console.status(f"[7] a burst of {cfg['burst_pods']} pods for one node (the wait 0 row takes minutes)"):
+        return bench_burst.section(cfg["burst_pods"], cfg["burst_allocate_ms"], [0.0, 10.0])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes for a fast smoke run")
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
-    parser.add_argument("--sections", default="1,2,3,4,5,6", help="comma list of sections to run (default all)")
+    parser.add_argument("--sections", default="1,2,3,4,5,6,7", help="comma list of sections to run (default all)")
     parser.add_argument("--nodes", help="override the cluster sizes of sections 1-2 (comma list)")
     parser.add_argument("--usage", help="override the usage levels of sections 1-2 (comma list of fractions)")
     parser.add_argument("--pods", type=int, help="override the pods per cell of sections 1-2 and the full-evaluation "
@@ -551,7 +560,8 @@ def main(argv: list[str] | None = None) -> int:
             (3, "throughput", section_throughput, table_throughput),
             (4, "memory", section_memory, table_memory),
             (5, "simulate", section_simulate, table_simulate),
-            (6, "fgd", section_fgd, bench_fgd.table))
+            (6, "fgd", section_fgd, bench_fgd.table),
+            (7, "burst", section_burst, bench_burst.table))
     for number, key, run, render in runs:
         if number not in wanted:
             continue

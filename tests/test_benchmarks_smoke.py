@@ -109,3 +109,16 @@ def test_engine_fgd_with_the_papers_setup_matches_the_reference(tmp_path: Path, 
     got = [round(r["gpu_allocation_ratio_at_100"], 2) for r in report["runs"]]
     assert got == expected
     assert len(set(got)) > 1  # the seeds differ, so agreeing is not a coincidence of one outcome
+
+
+def test_burst_bench_binds_every_pod_with_and_without_waiting() -> None:
+    """bench_burst on 4 pods with kube-scheduler's backoff shrunk to 20-50 ms: every pod is bound both ways; without
+    waiting, binds are refused (the lock is held 200 ms after each bind) and pods are filtered again."""
+    out = subprocess.run([sys.executable, str(RUN.parent / "bench_burst.py"), "--pods", "4", "--allocate-ms", "200",
+                          "--waits", "0,10", "--backoff", "0.02,0.05", "--json"],
+                         check=True, capture_output=True, text=True, timeout=120)
+    fail_fast, waiting = json.loads(out.stdout)
+    assert (fail_fast["lock_wait_s"], waiting["lock_wait_s"]) == (0, 10)
+    assert fail_fast["bound"] == waiting["bound"] == 4 and fail_fast["nodes_used"] == waiting["nodes_used"] == 1
+    assert fail_fast["refused_binds"] > 0 and fail_fast["filters"] == 4 + fail_fast["refused_binds"]
+    assert waiting["refused_binds"] == 0 and waiting["filters"] == 4

@@ -101,6 +101,7 @@ class Scheduler:
 
     def stop(self) -> None:
         """Graceful shutdown: stop serving, stop the sync loop, close the cluster."""
+        self.extender.locker.close()  # binds waiting for a node lock answer now, within the drain
         self.server.shutdown()
         if self.metrics is not None:
             self.metrics[0].shutdown()

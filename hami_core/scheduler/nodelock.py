@@ -132,6 +132,7 @@ class NodeLocker:
         self._queues: dict[str, _Queue] = {}
         self._queue_guard = threading.Lock()  # the one lock under every queue's condition
         self.poll_s = CONTENTION_POLL_S
+        self._closed = False
         #: attempts that found the lock held and then waited (not those refused at once)
         self.contended = 0
 
@@ -201,6 +202,14 @@ class NodeLocker:
                 queue.version += 1
                 queue.changed.notify_all()
 
+    def close(self) -> None:
+        """Shutting down: every waiting bind gives up at once with contention (its pod is retried, by this
+        scheduler's successor or another replica), rather than take a lock it may no longer be able to release."""
+        with self._queue_guard:
+            self._closed = True
+            for queue in self._queues.values():
+                queue.changed.notify_all()
+
     def waiting(self, node: str) -> int:
         """How many binds of this process wait for ``node``'s lock now."""
         with self._queue_guard:
@@ -228,6 +237,8 @@ class NodeLocker:
     def _pause(self, queue: _Queue, version: int, deadline: float, node: str, budget: float) -> None:
         """With ``_queue_guard`` held: sleep until ``queue``'s node changes after ``version``, the queue moves, or
         the poll interval passes; raise the timeout's contention once ``deadline`` is past."""
+        if self._closed:
+            raise LockContention(f"node {node} is locked and the scheduler is shutting down: node lock contention")
         remaining = deadline - self._now()
         if remaining <= 0:
             raise LockContention(f"timed out after {go_duration(budget)} waiting for node {node} to be unlocked: "

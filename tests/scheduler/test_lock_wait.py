@@ -138,3 +138,20 @@ def _raised(call: Any) -> BaseException | None:
     except BaseException as exc:
         return exc
     return None
+
+
+def test_closing_the_locker_ends_every_wait_at_once() -> None:
+    """Shutdown: waiting binds give up with contention (no lock taken) instead of waiting out ``wait_s``."""
+    cluster, locker = _watched(["holder", "w0", "w1"], wait_s=600)
+    locker.acquire("n", gpu_pod("holder"), SPEC)
+    outcome: dict[str, BaseException | None] = {}
+    threads = [threading.Thread(target=lambda n=n: outcome.__setitem__(n, _raised(
+        lambda: locker.acquire("n", gpu_pod(n), SPEC)))) for n in ("w0", "w1")]
+    for t in threads:
+        t.start()
+    _until(lambda: locker.waiting("n") == 2 and locker.contended >= 1)
+    locker.close()
+    for t in threads:
+        t.join(10)
+    assert all(isinstance(e, LockContention) and "shutting down" in str(e) for e in outcome.values()), outcome
+    assert _holder(cluster) == "holder" and locker.waiting("n") == 0
