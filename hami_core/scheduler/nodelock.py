@@ -87,8 +87,9 @@ def is_pod_group_member(pod: Mapping[str, Any]) -> bool:
 
 
 class _Queue:
-    """The binds of this process waiting for one node's lock, in arrival order, and a count of that node's
-    watch events (a waiter sleeps until it changes)."""
+    """The binds of this process waiting for one lock (a node and a lock annotation), in arrival order, and a
+    count of that node's watch events (a waiter sleeps until it changes). Queues are per annotation: a pod that
+    holds one backend's lock and waits for another's must not queue behind a pod waiting for the first."""
 
     __slots__ = ("changed", "tickets", "version")
 
@@ -129,7 +130,7 @@ class NodeLocker:
         self.backoff_s = backoff_s
         self._mutexes: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
-        self._queues: dict[str, _Queue] = {}
+        self._queues: dict[tuple[str, str], _Queue] = {}  # (node, lock annotation) → its waiting binds
         self._queue_guard = threading.Lock()  # the one lock under every queue's condition
         self.poll_s = CONTENTION_POLL_S
         self._closed = False
@@ -154,10 +155,11 @@ class NodeLocker:
             return self._acquire_once(node, pod, spec, seen)
         ticket = object()
         queued = False  # behind others, or found the lock held: this bind waited
+        key = (node, spec.annotation)
         with self._queue_guard:  # find or make the queue and join it in one step: an empty one is dropped
-            queue = self._queues.get(node)
+            queue = self._queues.get(key)
             if queue is None:
-                queue = self._queues[node] = _Queue(self._queue_guard)
+                queue = self._queues[key] = _Queue(self._queue_guard)
             if not queue.tickets:  # nobody waiting: try at once, as without waiting
                 queue.tickets.append(ticket)
             elif len(queue.tickets) >= MAX_WAITERS:
@@ -191,16 +193,16 @@ class NodeLocker:
             with self._queue_guard:
                 queue.tickets.remove(ticket)
                 if not queue.tickets:
-                    self._queues.pop(node, None)
+                    self._queues.pop(key, None)
                 queue.changed.notify_all()
 
     def node_changed(self, node: str) -> None:
         """A watch event for ``node``: wake the binds waiting for its lock (cheap; call it for every event)."""
         with self._queue_guard:
-            queue = self._queues.get(node)
-            if queue is not None:
-                queue.version += 1
-                queue.changed.notify_all()
+            for (name, _), queue in self._queues.items():  # only while binds wait: a handful at most
+                if name == node:
+                    queue.version += 1
+                    queue.changed.notify_all()
 
     def close(self) -> None:
         """Shutting down: every waiting bind gives up at once with contention (its pod is retried, by this
@@ -211,10 +213,9 @@ class NodeLocker:
                 queue.changed.notify_all()
 
     def waiting(self, node: str) -> int:
-        """How many binds of this process wait for ``node``'s lock now."""
+        """How many binds of this process wait for (or are taking) one of ``node``'s locks now."""
         with self._queue_guard:
-            queue = self._queues.get(node)
-            return len(queue.tickets) if queue is not None else 0
+            return sum(len(q.tickets) for (name, _), q in self._queues.items() if name == node)
 
     def release(self, node: str, pod: Mapping[str, Any], spec: LockSpec, *, force: bool = False) -> None:
         """Remove the lock if ``pod`` holds it (or anyone, with ``force``; owner-less locks always)."""

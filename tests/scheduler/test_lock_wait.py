@@ -155,3 +155,23 @@ def test_closing_the_locker_ends_every_wait_at_once() -> None:
         t.join(10)
     assert all(isinstance(e, LockContention) and "shutting down" in str(e) for e in outcome.values()), outcome
     assert _holder(cluster) == "holder" and locker.waiting("n") == 0
+
+
+def test_a_pod_holding_one_lock_does_not_queue_behind_a_waiter_for_it() -> None:
+    """Queues are per lock annotation: p holds ``hami.io/mutex.lock`` and q waits for it; p's next lock on the
+    same node (another backend's) is taken at once. One queue per node would put p behind q, which waits for p:
+    both would stall until q's wait ran out."""
+    cluster, locker = _watched(["p", "q"], wait_s=600)
+    locker.acquire("n", gpu_pod("p"), SPEC)
+    waiter = threading.Thread(target=lambda: _raised(lambda: locker.acquire("n", gpu_pod("q"), SPEC)))
+    waiter.start()
+    _until(lambda: locker.contended == 1)
+    other = LockSpec("cambricon.com/dsmlu.lock", owned=False, expiry_s=120)
+    second = threading.Thread(target=lambda: locker.acquire("n", gpu_pod("p"), other))
+    second.start()
+    second.join(10)
+    assert not second.is_alive()
+    assert "cambricon.com/dsmlu.lock" in cluster.get_node("n")["metadata"]["annotations"]
+    assert locker.waiting("n") == 1  # q still waits for p's first lock
+    locker.close()
+    waiter.join(10)
