@@ -96,7 +96,7 @@ class Scheduler:
         self.sync.start()
         if self.options.metrics_host is not None:
             self.metrics = serve_metrics(self.engine, self.options.metrics_host, self.options.metrics_port,
-                                         self.lock)
+                                         self.lock, self.extender.locker)
         self.server.start()
 
     def stop(self) -> None:

@@ -6,6 +6,9 @@ entry carries the device plugin's runtime ids). ``hami_node_quarantined`` (hami-
 whose allocation cannot be decoded.
 ``hami_resource_quota_used`` / ``hami_resource_quota_limit`` show, per namespace and resource (``quota_name``), the
 usage the scheduler booked and the ResourceQuota limit (the ``limit`` label: ``0`` when none is set).
+``hami_node_lock_*`` (hami-py's own, :class:`LockWaitCollector`) show binds waiting for node locks
+(``--node-lock-wait``): how many waited and for how long in all, how many wait now, and how many were refused by
+reason. A rising wait per bind means Allocates come slowly after binds.
 Served on their own port (``--metrics-bind``, default ``:9395``) at ``GET /metrics``.
 """
 
@@ -17,14 +20,15 @@ from collections.abc import Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, start_http_server
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from hami_core import __version__
 from hami_core.engine.facade import Engine
 from hami_core.plugins.types import DeviceUsage
+from hami_core.scheduler.nodelock import NodeLocker
 
-__all__ = ["EngineCollector", "serve_metrics"]
+__all__ = ["EngineCollector", "LockWaitCollector", "serve_metrics"]
 
 MIB = 1024 * 1024
 ZONE = ("zone", "vGPU")
@@ -119,9 +123,33 @@ class EngineCollector(Collector):
                 family.add_metric(list(labels), 1)
 
 
-def serve_metrics(engine: Engine, host: str, port: int,
-                  engine_lock: threading.RLock | None = None) -> tuple[Any, threading.Thread]:
-    """Serve ``/metrics`` for ``engine`` on ``host:port`` (port 0 = any); returns (server, thread)."""
+class LockWaitCollector(Collector):
+    """Binds waiting for node locks, from a :class:`NodeLocker`'s counters."""
+
+    def __init__(self, locker: NodeLocker) -> None:
+        self.locker = locker
+
+    def collect(self) -> Iterator[Any]:
+        locker = self.locker
+        waits = CounterMetricFamily("hami_node_lock_waits", "Binds that waited for a node lock, then took it")
+        waits.add_metric([], locker.waits)
+        seconds = CounterMetricFamily("hami_node_lock_wait_seconds", "Seconds binds waited for node locks in all")
+        seconds.add_metric([], locker.waited_s)
+        refused = CounterMetricFamily("hami_node_lock_refused", "Binds refused for node lock contention after or "
+                                      "instead of waiting", labels=["reason"])
+        for reason, count in sorted(locker.refused.items()):
+            refused.add_metric([reason], count)
+        waiting = GaugeMetricFamily("hami_node_lock_waiting", "Binds waiting for (or taking) a node lock now")
+        waiting.add_metric([], locker.waiting_total())
+        yield from (waits, seconds, refused, waiting)
+
+
+def serve_metrics(engine: Engine, host: str, port: int, engine_lock: threading.RLock | None = None,
+                  locker: NodeLocker | None = None) -> tuple[Any, threading.Thread]:
+    """Serve ``/metrics`` for ``engine`` (and ``locker``'s waits) on ``host:port`` (port 0 = any); returns
+    (server, thread)."""
     registry = CollectorRegistry()
     registry.register(EngineCollector(engine, engine_lock))
+    if locker is not None:
+        registry.register(LockWaitCollector(locker))
     return start_http_server(port, addr=host, registry=registry)

@@ -136,6 +136,11 @@ class NodeLocker:
         self._closed = False
         #: attempts that found the lock held and then waited (not those refused at once)
         self.contended = 0
+        #: binds that waited and took the lock, and their seconds of waiting in all (``hami_node_lock_wait_*``)
+        self.waits = 0
+        self.waited_s = 0.0
+        #: binds refused after or instead of waiting: ``queue_full``, ``timeout``, ``shutdown``
+        self.refused: dict[str, int] = {"queue_full": 0, "timeout": 0, "shutdown": 0}
 
     # ------------------------------------------------------------------------------------ public
     def acquire(self, node: str, pod: Mapping[str, Any], spec: LockSpec,
@@ -163,6 +168,7 @@ class NodeLocker:
             if not queue.tickets:  # nobody waiting: try at once, as without waiting
                 queue.tickets.append(ticket)
             elif len(queue.tickets) >= MAX_WAITERS:
+                self.refused["queue_full"] += 1
                 log.info("node %s: %d binds already wait for its lock; %s/%s does not", node, len(queue.tickets),
                          *_owner(pod))
                 raise self._contention(node, spec)
@@ -187,7 +193,11 @@ class NodeLocker:
                         self._pause(queue, version, deadline, node, budget)
                     continue
                 if queued:
-                    log.debug("node %s: %s/%s waited %.3f s for the lock", node, *_owner(pod), self._now() - now)
+                    waited = self._now() - now
+                    with self._queue_guard:
+                        self.waits += 1
+                        self.waited_s += waited
+                    log.debug("node %s: %s/%s waited %.3f s for the lock", node, *_owner(pod), waited)
                 return obj
         finally:
             with self._queue_guard:
@@ -211,6 +221,11 @@ class NodeLocker:
             self._closed = True
             for queue in self._queues.values():
                 queue.changed.notify_all()
+
+    def waiting_total(self) -> int:
+        """How many binds of this process wait for (or are taking) any node lock now."""
+        with self._queue_guard:
+            return sum(len(q.tickets) for q in self._queues.values())
 
     def waiting(self, node: str) -> int:
         """How many binds of this process wait for (or are taking) one of ``node``'s locks now."""
@@ -239,9 +254,13 @@ class NodeLocker:
         """With ``_queue_guard`` held: sleep until ``queue``'s node changes after ``version``, the queue moves, or
         the poll interval passes; raise the timeout's contention once ``deadline`` is past."""
         if self._closed:
+            self.refused["shutdown"] += 1
             raise LockContention(f"node {node} is locked and the scheduler is shutting down: node lock contention")
         remaining = deadline - self._now()
         if remaining <= 0:
+            self.refused["timeout"] += 1
+            log.info("node %s: a bind waited %s for the lock and gives up (is the device plugin's Allocate slow?)",
+                     node, go_duration(budget))
             raise LockContention(f"timed out after {go_duration(budget)} waiting for node {node} to be unlocked: "
                                  "node lock contention")
         if self._fake_time:

@@ -16,6 +16,7 @@ from sched_helpers import gpu_pod, nvidia_node
 from hami_core.cluster.base import NotFoundError
 from hami_core.cluster.memory import MemoryCluster
 from hami_core.plugins.types import LockSpec
+from hami_core.scheduler.metrics import LockWaitCollector
 from hami_core.scheduler.nodelock import MAX_WAITERS, LockContention, NodeLocker
 from hami_core.wire import keys
 from hami_core.wire.lock import decode_node_lock
@@ -79,6 +80,21 @@ def test_waiters_take_the_lock_in_arrival_order() -> None:
     assert not errors
     assert order == ["w0", "w1", "w2", "w3"]
     assert locker.waiting("n") == 0 and locker.contended >= 4
+    samples = _samples(locker)
+    assert samples["hami_node_lock_waits_total"] == 4 and samples["hami_node_lock_waiting"] == 0
+    assert samples["hami_node_lock_wait_seconds_total"] > 0
+    assert [samples[f"hami_node_lock_refused_total{{reason={r}}}"] for r in ("queue_full", "shutdown", "timeout")] \
+        == [0, 0, 0]
+
+
+def _samples(locker: NodeLocker) -> dict[str, float]:
+    """The lock-wait metrics as the scheduler's ``/metrics`` exposes them."""
+    out = {}
+    for family in LockWaitCollector(locker).collect():
+        for s in family.samples:
+            labels = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()))
+            out[s.name + (f"{{{labels}}}" if labels else "")] = s.value
+    return out
 
 
 def test_a_full_queue_refuses_at_once_and_waiters_time_out_with_the_contention_error() -> None:
@@ -104,6 +120,10 @@ def test_a_full_queue_refuses_at_once_and_waiters_time_out_with_the_contention_e
         t.join(10)
     assert set(outcomes.values()) == {"timed out after 1s waiting for node n to be unlocked: node lock contention"}
     assert _holder(cluster) == "holder" and locker.waiting("n") == 0
+    samples = _samples(locker)
+    assert samples["hami_node_lock_refused_total{reason=queue_full}"] == 1
+    assert samples["hami_node_lock_refused_total{reason=timeout}"] == MAX_WAITERS
+    assert samples["hami_node_lock_waits_total"] == 0
 
 
 def test_a_waiter_whose_node_is_deleted_fails_at_once() -> None:
@@ -154,6 +174,7 @@ def test_closing_the_locker_ends_every_wait_at_once() -> None:
     for t in threads:
         t.join(10)
     assert all(isinstance(e, LockContention) and "shutting down" in str(e) for e in outcome.values()), outcome
+    assert _samples(locker)["hami_node_lock_refused_total{reason=shutdown}"] == 2
     assert _holder(cluster) == "holder" and locker.waiting("n") == 0
 
 

@@ -164,6 +164,9 @@ def test_binds_for_one_node_wait_for_the_device_plugin_in_turn(service: Schedule
     assert not _events(cluster, "BindingFailed")
     assert all(cluster.get_pod("default", n)["spec"]["nodeName"] == "node-a" for n in ("w1", "w2", "w3"))
     assert service.extender.locker.waiting("node-a") == 0
+    metrics = get(service.metrics_url)[1]  # the waits as an operator sees them
+    assert f"hami_node_lock_waits_total {float(service.extender.locker.waits)}" in metrics
+    assert 'hami_node_lock_refused_total{reason="timeout"} 0.0' in metrics and "hami_node_lock_waiting 0.0" in metrics
 
 
 def test_bind_of_unknown_pod_or_node_is_an_error(service: Scheduler, cluster: MemoryCluster) -> None:
