@@ -95,7 +95,7 @@ def test_simulation_path_uses_supplied_nodes_only(service: Scheduler, cluster: M
     assert result["NodeNames"] is None and not cluster.events
 
 
-def _race_two_binds(service: Scheduler, cluster: MemoryCluster, names: tuple[str, ...] = ("r1", "r2"),
+def _race_binds(service: Scheduler, cluster: MemoryCluster, names: tuple[str, ...] = ("r1", "r2"),
                     during: Any = None) -> dict[str, dict[str, Any]]:
     """Filter ``names`` onto node-a one by one, then bind them all at once (kube-scheduler binds asynchronously);
     ``during()`` runs while the binds are in flight."""
@@ -126,7 +126,7 @@ def test_two_binds_race_for_one_node_lock_without_waiting(cluster: MemoryCluster
     svc = Scheduler(make_engine(), cluster, Options(host="127.0.0.1", port=0, metrics_host=None, lock_wait_s=0))
     svc.start()
     try:
-        results = _race_two_binds(svc, cluster)
+        results = _race_binds(svc, cluster)
     finally:
         svc.stop()
     errors = sorted(r["Error"] for r in results.values())
@@ -157,7 +157,7 @@ def test_binds_for_one_node_wait_for_the_device_plugin_in_turn(service: Schedule
             done.wait(0.005)
 
     plugin = threading.Thread(target=device_plugin, daemon=True)
-    results = _race_two_binds(service, cluster, ("w1", "w2", "w3"), during=plugin.start)
+    results = _race_binds(service, cluster, ("w1", "w2", "w3"), during=plugin.start)
     plugin.join(10)
     assert {n: r["Error"] for n, r in results.items()} == {"w1": "", "w2": "", "w3": ""}
     assert sorted(taken) == ["w1", "w2", "w3"]  # each held the lock alone, in some order, and was released
