@@ -15,7 +15,9 @@ Sections (``--sections 1,2,...``):
 6. the ``fgd`` policy against binpack, ``schedule(limit=1)`` on 1,000 and 5,000 nodes with the same pod again
    and again and with a stream of pods of many shapes, each reserved (``bench_fgd.py``);
 7. a burst of pods for one node, from submission to all bound, with kube-scheduler's backoff and a device plugin
-   releasing the node lock after Allocate, with ``--node-lock-wait 0`` (HAMi) and 10 (``bench_burst.py``).
+   releasing the node lock after Allocate, with ``--node-lock-wait 0`` (HAMi) and 10 (``bench_burst.py``);
+8. ``--filter-patch sync`` against ``async``: kube-scheduler's serial filter loop through HTTP when each API call
+   costs a modeled round trip (``bench_filter_write.py``).
 
 Section 1 reports wall time and the thread's CPU time (``time.thread_time``): on a shared machine the wall
 p99 includes time the OS gave to other processes, the CPU p99 does not. ``meta`` records the load average
@@ -50,6 +52,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import bench_burst  # noqa: E402
 import bench_fgd  # noqa: E402
+import bench_filter_write  # noqa: E402
 from bench_schedule import GPU_MEM, GPUS_PER_NODE  # noqa: E402
 
 from hami_core.engine.facade import Engine  # noqa: E402
@@ -58,10 +61,12 @@ console = Console(stderr=True)
 
 FULL = {"nodes": [1000, 5000, 10000], "usage": [0.0, 0.5, 0.9], "pods": 1000, "full_eval": 50, "http_pods": 300,
         "tp_nodes": 1000, "tp_pods": 10000, "mem_nodes": 10000, "mem_pods": 50000, "fgd_nodes": [1000, 5000],
-        "fgd_pods": 300, "servers": ["asyncio", "threaded"], "burst_pods": 40, "burst_allocate_ms": [20.0]}
+        "fgd_pods": 300, "servers": ["asyncio", "threaded"], "burst_pods": 40, "burst_allocate_ms": [20.0],
+        "fw_nodes": 1000, "fw_pods": 1000, "fw_rtt_ms": [0.0, 2.0]}
 QUICK = {"nodes": [200, 1000], "usage": [0.0, 0.5], "pods": 100, "full_eval": 10, "http_pods": 50,
          "tp_nodes": 1000, "tp_pods": 1000, "mem_nodes": 1000, "mem_pods": 5000, "fgd_nodes": [200],
-         "fgd_pods": 30, "servers": ["asyncio", "threaded"], "burst_pods": 8, "burst_allocate_ms": [20.0]}
+         "fgd_pods": 30, "servers": ["asyncio", "threaded"], "burst_pods": 8, "burst_allocate_ms": [20.0],
+         "fw_nodes": 200, "fw_pods": 100, "fw_rtt_ms": [0.0, 2.0]}
 
 
 # --------------------------------------------------------------------------------------------- builders
@@ -196,15 +201,17 @@ def table_schedule(rows: list[dict[str, Any]], cfg: dict[str, Any]) -> Table:
 class Service:
     """The real scheduler service on 127.0.0.1 over a MemoryCluster of ``nodes`` at ``usage``."""
 
-    def __init__(self, nodes: int, usage: float, server: str = "asyncio", lock_wait_s: float | None = None) -> None:
+    def __init__(self, nodes: int, usage: float, server: str = "asyncio", lock_wait_s: float | None = None,
+                 filter_patch: str = "sync", cluster_class: type | None = None) -> None:
         from hami_core.cluster.memory import MemoryCluster
         from hami_core.scheduler.app import Options, Scheduler
 
         self.names = [f"node-{n:05d}" for n in range(nodes)]
-        self.cluster = MemoryCluster(nodes=[node_obj(n) for n in range(nodes)], pods=usage_pods(nodes, usage))
+        self.cluster = (cluster_class or MemoryCluster)(nodes=[node_obj(n) for n in range(nodes)],
+                                                        pods=usage_pods(nodes, usage))
         self.svc = Scheduler(Engine({"nvidia": {}}), self.cluster,
                              Options(host="127.0.0.1", port=0, metrics_host=None, resync_s=3600.0,
-                                     http_server=server,
+                                     http_server=server, filter_patch=filter_patch,
                                      **({} if lock_wait_s is None else {"lock_wait_s": lock_wait_s})))
         logging_quiet()
         self.svc.start()
@@ -507,11 +514,17 @@ def section_burst(cfg: dict[str, Any]) -> list[dict[str, Any]]:
         return bench_burst.section(cfg["burst_pods"], cfg["burst_allocate_ms"], [0.0, 10.0])
 
 
+def section_filter_write(cfg: dict[str, Any]) -> list[dict[str, Any]]:
+    """--filter-patch sync against async with modeled API round trips; see bench_filter_write.py."""
+    with console.status(f"[8] {cfg['fw_pods']} pods through the filter loop, sync and async"):
+        return bench_filter_write.section(cfg["fw_nodes"], cfg["fw_pods"], cfg["fw_rtt_ms"])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes for a fast smoke run")
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
-    parser.add_argument("--sections", default="1,2,3,4,5,6,7", help="comma list of sections to run (default all)")
+    parser.add_argument("--sections", default="1,2,3,4,5,6,7,8", help="comma list of sections to run (default all)")
     parser.add_argument("--nodes", help="override the cluster sizes of sections 1-2 (comma list)")
     parser.add_argument("--usage", help="override the usage levels of sections 1-2 (comma list of fractions)")
     parser.add_argument("--pods", type=int, help="override the pods per cell of sections 1-2 and the full-evaluation "
@@ -561,7 +574,8 @@ def main(argv: list[str] | None = None) -> int:
             (4, "memory", section_memory, table_memory),
             (5, "simulate", section_simulate, table_simulate),
             (6, "fgd", section_fgd, bench_fgd.table),
-            (7, "burst", section_burst, bench_burst.table))
+            (7, "burst", section_burst, bench_burst.table),
+            (8, "filter_write", section_filter_write, bench_filter_write.table))
     for number, key, run, render in runs:
         if number not in wanted:
             continue

@@ -32,6 +32,7 @@ from hami_core.plugins.errors import HamiError, TemporaryError
 from hami_core.plugins.types import LockSpec, MigInstance
 from hami_core.scheduler.bound import BoundLedgers
 from hami_core.scheduler.nodelock import DEFAULT_RETRY_TIMEOUT_S, DEFAULT_TIMEOUT_S, LockContention, NodeLocker, retry
+from hami_core.scheduler.writes import PendingWrites
 from hami_core.wire import keys
 from hami_core.wire.reasons import parse_reasons
 from hami_core.wire.times import encode_unix_seconds
@@ -55,6 +56,8 @@ class Overcommit(HamiError):
 
 #: Errors that retrying the same write cannot cure.
 FINAL = (NotFoundError, LockContention, BadRequest, Overcommit)
+#: ``--filter-patch`` choices.
+FILTER_PATCHES = ("sync", "async")
 
 
 def _final(exc: BaseException) -> bool:
@@ -85,6 +88,8 @@ class Extender:
     :param lock_timeout: node lock expiry in seconds (``--node-lock-timeout``).
     :param lock_retry_timeout: PodGroup contention wait (``--node-lock-retry-timeout``).
     :param lock_wait: every other pod's contention wait (``--node-lock-wait``; 0 fails at once, as HAMi).
+    :param filter_patch: ``sync`` (HAMi: filter answers after the pod patch) or ``async`` (``--filter-patch``:
+        filter answers once the reservation is booked, the patch follows; :mod:`hami_core.scheduler.writes`).
     :param engine_lock: the lock around engine access (share it with the sync feed).
     :param ready: ``ready(timeout_s) -> bool`` waits for the first registration pass (§6.1).
     :param sync_wait_s: how long filter waits for ``ready`` before answering ``context cancelled``.
@@ -94,7 +99,10 @@ class Extender:
                  lock_timeout: float = DEFAULT_TIMEOUT_S, lock_retry_timeout: float = DEFAULT_RETRY_TIMEOUT_S,
                  engine_lock: threading.RLock | None = None, ready: Callable[[float], bool] | None = None,
                  sync_wait_s: float = 30.0, clock: Callable[[], float] | None = None,
-                 sleep: Callable[[float], None] | None = None, lock_wait: float = 0.0) -> None:
+                 sleep: Callable[[float], None] | None = None, lock_wait: float = 0.0,
+                 filter_patch: str = "sync") -> None:
+        if filter_patch not in FILTER_PATCHES:
+            raise ValueError(f"unknown filter patch mode {filter_patch!r}: choose one of {', '.join(FILTER_PATCHES)}")
         self.engine = engine
         self.cluster = cluster
         self.scheduler_name = scheduler_name
@@ -106,6 +114,7 @@ class Extender:
         self.bound = BoundLedgers(engine)
         self.locker = NodeLocker(cluster, timeout_s=lock_timeout, retry_timeout_s=lock_retry_timeout,
                                  wait_s=lock_wait, clock=self.clock, sleep=sleep)
+        self.writes = PendingWrites() if filter_patch == "async" else None
 
     # ------------------------------------------------------------------------------------ filter
     def filter(self, args: Mapping[str, Any]) -> dict[str, Any]:
@@ -133,6 +142,8 @@ class Extender:
         if nodes is not None:
             return self._simulate(pod, nodes)
         names = names if names is not None else []
+        if self.writes is not None:  # the pod's last filter write must land before this one is made
+            self.writes.wait(_key(pod))
 
         with self.lock:
             self.engine.unreserve(pod)  # re-filtered: its earlier reservation no longer counts (§6.1 step 4)
@@ -147,9 +158,18 @@ class Extender:
             return filter_result(failed=decision.failed)
 
         node = decision.node or ""
+        if self.writes is not None:
+            self.writes.submit(_key(pod), lambda: self._record(pod, decision, len(names)))
+            return filter_result(node_names=[node])
+        text = self._record(pod, decision, len(names))
+        return filter_result(error=text) if text else filter_result(node_names=[node])
+
+    def _record(self, pod: Mapping[str, Any], decision: Any, total: int) -> str | None:
+        """Patch the pod with the decision (annotations and the node label) and record the filter's event;
+        returns the error text when the patch failed for good (the reservation is then dropped)."""
+        node = decision.node or ""
         patch = {"metadata": {"annotations": dict(decision.annotations), "labels": {keys.VGPU_NODE: node}}}
-        meta = metadata(pod)
-        namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
+        namespace, name = _key(pod)
         try:
             self._write(f"patch pod {namespace}/{name}", lambda: self.cluster.patch_pod(namespace, name, patch))
         except Exception as exc:
@@ -157,13 +177,17 @@ class Extender:
                 text = f"failed to patch pod {pod_ref(pod)}: {exc}"
                 log.warning("filter: %s", text)
                 self._event(pod, WARNING, FILTERING_FAILED, text)
-                return filter_result(error=text)
-
+                return text
         fit = ",".join(f"{n}:{decision.scores[n]:.2f}" for n in sorted(decision.scores))
         self._event(pod, NORMAL, FILTERING_SUCCEED,
-                    f"find fit node({node}), {len(names) - len(decision.scores)} nodes not fit, "
+                    f"find fit node({node}), {total - len(decision.scores)} nodes not fit, "
                     f"{len(decision.scores)} nodes fit({fit})")
-        return filter_result(node_names=[node])
+        return None
+
+    def close(self) -> None:
+        """Finish the pending filter writes (``--filter-patch async``) before the cluster client closes."""
+        if self.writes is not None:
+            self.writes.close()
 
     def _write(self, what: str, step: Callable[[], Any]) -> Any:
         """``step()`` (an idempotent write), retried with the node lock's backoff on transient errors."""
@@ -251,6 +275,8 @@ class Extender:
         namespace = namespace if isinstance(namespace, str) and namespace else "default"
         uid = uid if isinstance(uid, str) else ""
         stub = {"metadata": {"name": name, "namespace": namespace, "uid": uid}}
+        if self.writes is not None:  # filter's patch of this pod may still be on its way
+            self.writes.wait((namespace, name))
         try:
             pod = self.cluster.get_pod(namespace, name)
         except Exception as exc:
@@ -258,6 +284,17 @@ class Extender:
                 self.engine.unreserve(stub)
             log.warning("bind %s/%s: %s", namespace, name, exc)
             return {"Error": str(exc)}
+        if self.writes is not None and annotations(pod).get(keys.VGPU_NODE) is None:
+            with self.lock:
+                unrecorded = not self.engine.requests(pod).empty
+                if unrecorded:
+                    self.engine.unreserve(pod)
+            if unrecorded:  # its filter's patch failed, or a restarted scheduler never made it
+                text = (f"pod {namespace}/{name} carries no device allocation (its filter's patch failed or was "
+                        "never made); it must be filtered again")
+                log.warning("bind: %s", text)
+                self._event(pod, WARNING, BINDING_FAILED, text)
+                return {"Error": text}
         try:
             node_obj = self.cluster.get_node(node)
         except Exception as exc:
@@ -422,3 +459,9 @@ class Extender:
             self.cluster.event(pod, event_type, reason, message)
         except Exception as exc:  # events are best effort
             log.debug("event %s for %s not recorded: %s", reason, pod_ref(pod), exc)
+
+
+def _key(pod: Mapping[str, Any]) -> tuple[str, str]:
+    """(namespace, name) of a pod, as bind's arguments name it."""
+    meta = metadata(pod)
+    return str(meta.get("namespace") or "default"), str(meta.get("name") or "")
