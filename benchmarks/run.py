@@ -16,8 +16,8 @@ Sections (``--sections 1,2,...``):
    and again and with a stream of pods of many shapes, each reserved (``bench_fgd.py``);
 7. a burst of pods for one node, from submission to all bound, with kube-scheduler's backoff and a device plugin
    releasing the node lock after Allocate, with ``--node-lock-wait 0`` (HAMi) and 10 (``bench_burst.py``);
-8. ``--filter-patch sync`` against ``async``: kube-scheduler's serial filter loop through HTTP when each API call
-   costs a modeled round trip (``bench_filter_write.py``).
+8. ``--write-allocation filter`` against ``bind``: kube-scheduler's serial filter loop through HTTP when each API
+   call costs a modeled round trip (``bench_write_allocation.py``).
 
 Section 1 reports wall time and the thread's CPU time (``time.thread_time``): on a shared machine the wall
 p99 includes time the OS gave to other processes, the CPU p99 does not. ``meta`` records the load average
@@ -52,7 +52,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import bench_burst  # noqa: E402
 import bench_fgd  # noqa: E402
-import bench_filter_write  # noqa: E402
+import bench_write_allocation  # noqa: E402
 from bench_schedule import GPU_MEM, GPUS_PER_NODE  # noqa: E402
 
 from hami_core.engine.facade import Engine  # noqa: E402
@@ -202,7 +202,7 @@ class Service:
     """The real scheduler service on 127.0.0.1 over a MemoryCluster of ``nodes`` at ``usage``."""
 
     def __init__(self, nodes: int, usage: float, server: str = "asyncio", lock_wait_s: float | None = None,
-                 filter_patch: str = "sync", cluster_class: type | None = None) -> None:
+                 write_allocation: str = "filter", cluster_class: type | None = None) -> None:
         from hami_core.cluster.memory import MemoryCluster
         from hami_core.scheduler.app import Options, Scheduler
 
@@ -211,7 +211,7 @@ class Service:
                                                         pods=usage_pods(nodes, usage))
         self.svc = Scheduler(Engine({"nvidia": {}}), self.cluster,
                              Options(host="127.0.0.1", port=0, metrics_host=None, resync_s=3600.0,
-                                     http_server=server, filter_patch=filter_patch,
+                                     http_server=server, write_allocation=write_allocation,
                                      **({} if lock_wait_s is None else {"lock_wait_s": lock_wait_s})))
         logging_quiet()
         self.svc.start()
@@ -514,10 +514,10 @@ def section_burst(cfg: dict[str, Any]) -> list[dict[str, Any]]:
         return bench_burst.section(cfg["burst_pods"], cfg["burst_allocate_ms"], [0.0, 10.0])
 
 
-def section_filter_write(cfg: dict[str, Any]) -> list[dict[str, Any]]:
-    """--filter-patch sync against async with modeled API round trips; see bench_filter_write.py."""
-    with console.status(f"[8] {cfg['fw_pods']} pods through the filter loop, sync and async"):
-        return bench_filter_write.section(cfg["fw_nodes"], cfg["fw_pods"], cfg["fw_rtt_ms"])
+def section_write_allocation(cfg: dict[str, Any]) -> list[dict[str, Any]]:
+    """--write-allocation filter against bind with modeled API round trips; see bench_write_allocation.py."""
+    with console.status(f"[8] {cfg['fw_pods']} pods through the filter loop, allocation written at filter and bind"):
+        return bench_write_allocation.section(cfg["fw_nodes"], cfg["fw_pods"], cfg["fw_rtt_ms"])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -575,7 +575,7 @@ def main(argv: list[str] | None = None) -> int:
             (5, "simulate", section_simulate, table_simulate),
             (6, "fgd", section_fgd, bench_fgd.table),
             (7, "burst", section_burst, bench_burst.table),
-            (8, "filter_write", section_filter_write, bench_filter_write.table))
+            (8, "write_allocation", section_write_allocation, bench_write_allocation.table))
     for number, key, run, render in runs:
         if number not in wanted:
             continue

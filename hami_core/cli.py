@@ -145,11 +145,11 @@ def _add_scheduler_parser(commands: Any, common: argparse.ArgumentParser) -> Non
                        help="how long a bind of any other pod waits, queued in arrival order, for a node another "
                             "pod has locked until its device plugin's Allocate (default: 10; 0 fails the bind at "
                             "once, as HAMi does, and kube-scheduler retries it after its backoff)")
-    sched.add_argument("--filter-patch", choices=("sync", "async"), default="sync",
-                       help="sync: /filter answers after patching the pod with its decision, as HAMi does; async: "
-                            "it answers once the devices are booked and patches the pod after, so kube-scheduler's "
-                            "next cycle need not wait for the API server (/bind of the pod waits for the patch) "
-                            "(default: sync)")
+    sched.add_argument("--write-allocation", choices=("filter", "bind"), default="filter",
+                       help="filter: /filter patches the pod with its device allocation before answering, as HAMi "
+                            "does; bind: /filter answers once the devices are booked, with no API call, and /bind "
+                            "writes the allocation with the bind phase in one patch under the node lock "
+                            "(default: filter)")
     sched.add_argument("--resync", type=float, default=15.0, metavar="SECONDS",
                        help="period of the node re-registration pass (default: 15)")
     sched.add_argument("--leader-elect", action="store_true",
@@ -369,7 +369,7 @@ def _cmd_scheduler(args: argparse.Namespace, _extra: list[str]) -> int:
                       scheduler_name=args.scheduler_name,
                       lock_timeout_s=args.node_lock_timeout or config.scheduler.node_lock_timeout,
                       lock_retry_timeout_s=args.node_lock_retry_timeout, lock_wait_s=args.node_lock_wait,
-                      filter_patch=args.filter_patch, resync_s=args.resync,
+                      write_allocation=args.write_allocation, resync_s=args.resync,
                       http_server=args.http_server)
     try:
         service = Scheduler(engine, cluster, options, is_leader=elector.is_leader if elector else None)

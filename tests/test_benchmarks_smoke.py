@@ -124,11 +124,11 @@ def test_burst_bench_binds_every_pod_with_and_without_waiting() -> None:
     assert waiting["refused_binds"] == 0 and waiting["filters"] == 4
 
 
-def test_filter_write_bench_binds_every_pod_both_ways() -> None:
-    """bench_filter_write on 5 nodes and 6 pods with a 1 ms modeled round trip: sync and async rows, all bound."""
-    out = subprocess.run([sys.executable, str(RUN.parent / "bench_filter_write.py"), "--nodes", "5", "--pods", "6",
+def test_write_allocation_bench_binds_every_pod_both_ways() -> None:
+    """bench_write_allocation on 5 nodes and 6 pods, 1 ms modeled round trip: filter and bind rows, all bound."""
+    out = subprocess.run([sys.executable, str(RUN.parent / "bench_write_allocation.py"), "--nodes", "5", "--pods", "6",
                           "--rtt-ms", "1", "--json"], check=True, capture_output=True, text=True, timeout=120)
     rows = json.loads(out.stdout)
-    assert [(r["rtt_ms"], r["filter_patch"]) for r in rows] == [(1, "sync"), (1, "async")]
+    assert [(r["rtt_ms"], r["write_allocation"]) for r in rows] == [(1, "filter"), (1, "bind")]
     for r in rows:
         assert r["bound"] == 6 and r["bind_errors"] == 0 and r["filter_p50_ms"] > 0 and r["loop_pods_per_s"] > 0

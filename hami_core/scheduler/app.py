@@ -39,8 +39,8 @@ class Options:
     lock_retry_timeout_s: float = DEFAULT_RETRY_TIMEOUT_S
     #: ``--node-lock-wait``: how long a bind waits for a node another pod has locked (0: fail at once, as HAMi)
     lock_wait_s: float = DEFAULT_WAIT_S
-    #: ``--filter-patch``: ``sync`` (HAMi: filter answers after patching the pod) or ``async`` (write-behind)
-    filter_patch: str = "sync"
+    #: ``--write-allocation``: ``filter`` (HAMi: filter patches the pod before answering) or ``bind``
+    write_allocation: str = "filter"
     resync_s: float = DEFAULT_INTERVAL_S
     sync_wait_s: float = 30.0
     #: ``asyncio`` (httptools, the default) or ``threaded`` (``http.server``, one thread per connection).
@@ -75,7 +75,7 @@ class Scheduler:
         self.extender = Extender(engine, cluster, scheduler_name=self.options.scheduler_name,
                                  lock_timeout=self.options.lock_timeout_s,
                                  lock_retry_timeout=self.options.lock_retry_timeout_s,
-                                 lock_wait=self.options.lock_wait_s, filter_patch=self.options.filter_patch,
+                                 lock_wait=self.options.lock_wait_s, write_allocation=self.options.write_allocation,
                                  engine_lock=self.lock,
                                  ready=self.sync.wait_synced, sync_wait_s=self.options.sync_wait_s)
         # binds waiting for a locked node wake on its watch events; the poll is only a fallback then
@@ -106,7 +106,6 @@ class Scheduler:
         """Graceful shutdown: stop serving, stop the sync loop, close the cluster."""
         self.extender.locker.close()  # binds waiting for a node lock answer now, within the drain
         self.server.shutdown()
-        self.extender.close()  # filter writes still pending land before the cluster client closes
         if self.metrics is not None:
             self.metrics[0].shutdown()
             self.metrics[0].server_close()

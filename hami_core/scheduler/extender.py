@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -32,7 +32,6 @@ from hami_core.plugins.errors import HamiError, TemporaryError
 from hami_core.plugins.types import LockSpec, MigInstance
 from hami_core.scheduler.bound import BoundLedgers
 from hami_core.scheduler.nodelock import DEFAULT_RETRY_TIMEOUT_S, DEFAULT_TIMEOUT_S, LockContention, NodeLocker, retry
-from hami_core.scheduler.writes import PendingWrites
 from hami_core.wire import keys
 from hami_core.wire.reasons import parse_reasons
 from hami_core.wire.times import encode_unix_seconds
@@ -56,8 +55,11 @@ class Overcommit(HamiError):
 
 #: Errors that retrying the same write cannot cure.
 FINAL = (NotFoundError, LockContention, BadRequest, Overcommit)
-#: ``--filter-patch`` choices.
-FILTER_PATCHES = ("sync", "async")
+#: ``--write-allocation`` choices.
+WRITE_ALLOCATION = ("filter", "bind")
+#: Decisions kept for bind under ``--write-allocation bind`` (pods filtered and not yet bound); past this the
+#: oldest is forgotten, and its pod's bind is refused and retried.
+MAX_DECIDED = 65536
 
 
 def _final(exc: BaseException) -> bool:
@@ -88,8 +90,9 @@ class Extender:
     :param lock_timeout: node lock expiry in seconds (``--node-lock-timeout``).
     :param lock_retry_timeout: PodGroup contention wait (``--node-lock-retry-timeout``).
     :param lock_wait: every other pod's contention wait (``--node-lock-wait``; 0 fails at once, as HAMi).
-    :param filter_patch: ``sync`` (HAMi: filter answers after the pod patch) or ``async`` (``--filter-patch``:
-        filter answers once the reservation is booked, the patch follows; :mod:`hami_core.scheduler.writes`).
+    :param write_allocation: where the pod's allocation annotations are written (``--write-allocation``):
+        ``filter`` (HAMi: filter patches the pod before answering) or ``bind`` (filter books the devices and
+        answers; bind writes the allocation with the bind phase, in one patch under the node lock).
     :param engine_lock: the lock around engine access (share it with the sync feed).
     :param ready: ``ready(timeout_s) -> bool`` waits for the first registration pass (§6.1).
     :param sync_wait_s: how long filter waits for ``ready`` before answering ``context cancelled``.
@@ -100,9 +103,10 @@ class Extender:
                  engine_lock: threading.RLock | None = None, ready: Callable[[float], bool] | None = None,
                  sync_wait_s: float = 30.0, clock: Callable[[], float] | None = None,
                  sleep: Callable[[float], None] | None = None, lock_wait: float = 0.0,
-                 filter_patch: str = "sync") -> None:
-        if filter_patch not in FILTER_PATCHES:
-            raise ValueError(f"unknown filter patch mode {filter_patch!r}: choose one of {', '.join(FILTER_PATCHES)}")
+                 write_allocation: str = "filter") -> None:
+        if write_allocation not in WRITE_ALLOCATION:
+            raise ValueError(f"unknown allocation write {write_allocation!r}: choose one of "
+                             f"{', '.join(WRITE_ALLOCATION)}")
         self.engine = engine
         self.cluster = cluster
         self.scheduler_name = scheduler_name
@@ -114,7 +118,10 @@ class Extender:
         self.bound = BoundLedgers(engine)
         self.locker = NodeLocker(cluster, timeout_s=lock_timeout, retry_timeout_s=lock_retry_timeout,
                                  wait_s=lock_wait, clock=self.clock, sleep=sleep)
-        self.writes = PendingWrites() if filter_patch == "async" else None
+        #: ``write_allocation == "bind"``: pod (namespace, name) → (node, allocation annotations) decided by
+        #: this replica's filter and not yet written (the oldest are forgotten past :data:`MAX_DECIDED`)
+        self.decided: OrderedDict[tuple[str, str], tuple[str, dict[str, str]]] | None = (
+            OrderedDict() if write_allocation == "bind" else None)
 
     # ------------------------------------------------------------------------------------ filter
     def filter(self, args: Mapping[str, Any]) -> dict[str, Any]:
@@ -142,14 +149,17 @@ class Extender:
         if nodes is not None:
             return self._simulate(pod, nodes)
         names = names if names is not None else []
-        if self.writes is not None:  # the pod's last filter write must land before this one is made
-            self.writes.wait(_key(pod))
 
         with self.lock:
             self.engine.unreserve(pod)  # re-filtered: its earlier reservation no longer counts (§6.1 step 4)
             decision = self.engine.schedule(pod, names, limit=1, requests=requests)
             if decision.ok:
                 self.engine.reserve(pod, decision)
+                if self.decided is not None:  # bind writes it
+                    self.decided[_key(pod)] = (decision.node or "", dict(decision.annotations))
+                    self.decided.move_to_end(_key(pod))
+                    while len(self.decided) > MAX_DECIDED:
+                        self.decided.popitem(last=False)
         if decision.error:
             self._event(pod, WARNING, FILTERING_FAILED, decision.error)
             return filter_result(error=decision.error)
@@ -158,36 +168,23 @@ class Extender:
             return filter_result(failed=decision.failed)
 
         node = decision.node or ""
-        if self.writes is not None:
-            self.writes.submit(_key(pod), lambda: self._record(pod, decision, len(names)))
-            return filter_result(node_names=[node])
-        text = self._record(pod, decision, len(names))
-        return filter_result(error=text) if text else filter_result(node_names=[node])
+        if self.decided is None:
+            patch = {"metadata": {"annotations": dict(decision.annotations), "labels": {keys.VGPU_NODE: node}}}
+            namespace, name = _key(pod)
+            try:
+                self._write(f"patch pod {namespace}/{name}", lambda: self.cluster.patch_pod(namespace, name, patch))
+            except Exception as exc:
+                if not self._reconcile_filtered(pod, decision.annotations):
+                    text = f"failed to patch pod {pod_ref(pod)}: {exc}"
+                    log.warning("filter: %s", text)
+                    self._event(pod, WARNING, FILTERING_FAILED, text)
+                    return filter_result(error=text)
 
-    def _record(self, pod: Mapping[str, Any], decision: Any, total: int) -> str | None:
-        """Patch the pod with the decision (annotations and the node label) and record the filter's event;
-        returns the error text when the patch failed for good (the reservation is then dropped)."""
-        node = decision.node or ""
-        patch = {"metadata": {"annotations": dict(decision.annotations), "labels": {keys.VGPU_NODE: node}}}
-        namespace, name = _key(pod)
-        try:
-            self._write(f"patch pod {namespace}/{name}", lambda: self.cluster.patch_pod(namespace, name, patch))
-        except Exception as exc:
-            if not self._reconcile_filtered(pod, decision.annotations):
-                text = f"failed to patch pod {pod_ref(pod)}: {exc}"
-                log.warning("filter: %s", text)
-                self._event(pod, WARNING, FILTERING_FAILED, text)
-                return text
         fit = ",".join(f"{n}:{decision.scores[n]:.2f}" for n in sorted(decision.scores))
         self._event(pod, NORMAL, FILTERING_SUCCEED,
-                    f"find fit node({node}), {total - len(decision.scores)} nodes not fit, "
+                    f"find fit node({node}), {len(names) - len(decision.scores)} nodes not fit, "
                     f"{len(decision.scores)} nodes fit({fit})")
-        return None
-
-    def close(self) -> None:
-        """Finish the pending filter writes (``--filter-patch async``) before the cluster client closes."""
-        if self.writes is not None:
-            self.writes.close()
+        return filter_result(node_names=[node])
 
     def _write(self, what: str, step: Callable[[], Any]) -> Any:
         """``step()`` (an idempotent write), retried with the node lock's backoff on transient errors."""
@@ -275,8 +272,6 @@ class Extender:
         namespace = namespace if isinstance(namespace, str) and namespace else "default"
         uid = uid if isinstance(uid, str) else ""
         stub = {"metadata": {"name": name, "namespace": namespace, "uid": uid}}
-        if self.writes is not None:  # filter's patch of this pod may still be on its way
-            self.writes.wait((namespace, name))
         try:
             pod = self.cluster.get_pod(namespace, name)
         except Exception as exc:
@@ -284,14 +279,10 @@ class Extender:
                 self.engine.unreserve(stub)
             log.warning("bind %s/%s: %s", namespace, name, exc)
             return {"Error": str(exc)}
-        if self.writes is not None and annotations(pod).get(keys.VGPU_NODE) is None:
-            with self.lock:
-                unrecorded = not self.engine.requests(pod).empty
-                if unrecorded:
-                    self.engine.unreserve(pod)
-            if unrecorded:  # its filter's patch failed, or a restarted scheduler never made it
-                text = (f"pod {namespace}/{name} carries no device allocation (its filter's patch failed or was "
-                        "never made); it must be filtered again")
+        allocation: dict[str, str] = {}
+        if self.decided is not None:
+            pod, allocation, text = self._with_decision(pod, namespace, name, node)
+            if text:
                 log.warning("bind: %s", text)
                 self._event(pod, WARNING, BINDING_FAILED, text)
                 return {"Error": text}
@@ -319,23 +310,80 @@ class Extender:
                 if spec not in held:
                     held.append(spec)
             self._verify_fits(pod, node, node_obj)
-            patch = {"metadata": {"annotations": {keys.BIND_PHASE: keys.BIND_PHASE_ALLOCATING,
-                                                  keys.BIND_TIME: encode_unix_seconds(self.clock())}}}
+            patch: dict[str, Any] = {"metadata": {"annotations": {
+                **allocation, keys.BIND_PHASE: keys.BIND_PHASE_ALLOCATING,
+                keys.BIND_TIME: encode_unix_seconds(self.clock())}}}
+            if allocation:  # --write-allocation bind: the decision is written here, with the bind phase
+                patch["metadata"]["labels"] = {keys.VGPU_NODE: node}
             bound = self._write(f"patch pod {namespace}/{name}", lambda: self.cluster.patch_pod(namespace, name, patch))
             self._bind(namespace, name, uid or str(metadata(pod).get("uid") or ""), node)
         except Exception as exc:
             for spec in held:
                 self._release_quietly(node, pod, spec)
+            if allocation:
+                self._drop_unwritten(pod, namespace, name, allocation)
             text = str(exc) or type(exc).__name__
             log.warning("bind %s/%s to %s failed: %s", namespace, name, node, text)
             self._event(pod, WARNING, BINDING_FAILED, text)
             return {"Error": text}
+        if self.decided is not None:
+            with self.lock:
+                self.decided.pop((namespace, name), None)
         try:
             self.engine.hook.hami_pod_bound(pod=bound, node=node)
         except Exception:
             log.exception("hami_pod_bound failed for %s/%s (the pod is bound)", namespace, name)
         self._event(pod, NORMAL, BINDING_SUCCEED, f"Successfully binding node [{node}] to {namespace}/{name}")
         return {"Error": ""}
+
+    def _drop_unwritten(self, pod: Mapping[str, Any], namespace: str, name: str, allocation: Mapping[str, str]) -> None:
+        """``--write-allocation bind``, the bind failed: unless the pod carries the allocation after all (the
+        patch went through before a later step failed), nobody but this replica knows of it, so its reservation
+        and decision go (kube-scheduler filters the pod again). If the pod cannot be read, both are kept: holding
+        devices a while is safe, booking them twice is not."""
+        try:
+            fresh = self.cluster.get_pod(namespace, name)
+        except Exception as exc:
+            log.debug("bind %s/%s: cannot re-read the pod (%s); its reservation stays", namespace, name, exc)
+            return
+        stored = annotations(fresh)
+        if all(stored.get(k) == v for k, v in allocation.items()):
+            return  # written: the watch books it as any allocated pod
+        with self.lock:
+            self.engine.unreserve(pod)
+            if self.decided is not None:
+                self.decided.pop((namespace, name), None)
+
+    def _with_decision(self, pod: Mapping[str, Any], namespace: str, name: str,
+                       node: str) -> tuple[Mapping[str, Any], dict[str, str], str]:
+        """``--write-allocation bind``: the pod as this replica's filter decided it (its allocation annotations
+        merged in), the annotations bind must write, and an error text when it cannot be bound here.
+
+        A pod that already carries an allocation (a replica writing at filter did it) binds as it is. One that
+        carries none and was not decided here (filtered by another replica, or before a restart) is refused,
+        as is one decided for another node: kube-scheduler filters it again.
+        """
+        with self.lock:
+            decided = self.decided.get((namespace, name)) if self.decided is not None else None
+            needs = not self.engine.requests(pod).empty
+        written = annotations(pod).get(keys.VGPU_NODE)
+        if decided is None or not needs:
+            if needs and not written:
+                with self.lock:
+                    self.engine.unreserve(pod)
+                return pod, {}, (f"pod {namespace}/{name} carries no device allocation and this scheduler has "
+                                 "not decided one; it must be filtered again")
+            return pod, {}, ""
+        chosen, allocation = decided
+        if chosen != node:
+            with self.lock:
+                self.engine.unreserve(pod)
+                self.decided.pop((namespace, name), None)
+            return pod, {}, (f"pod {namespace}/{name} was filtered onto node {chosen}, not {node}; it must be "
+                             "filtered again")
+        meta = dict(metadata(pod))
+        meta["annotations"] = {**(meta.get("annotations") or {}), **allocation}
+        return {**pod, "metadata": meta}, allocation, ""
 
     def _bind(self, namespace: str, name: str, uid: str, node: str) -> None:
         """Create the Binding; an error after which the pod turns out bound to ``node`` (a lost response, or a

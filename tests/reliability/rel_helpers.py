@@ -49,13 +49,13 @@ def kube_cluster(server: FakeApiServer, *, request_timeout_s: float = 10.0) -> K
 def start_replica(server: FakeApiServer, *, clock: Callable[[], float] | None = None,
                   lock_timeout_s: float = 300.0, request_timeout_s: float = 10.0, start: bool = True,
                   sync_wait_s: float = 10.0, lock_wait_s: float = DEFAULT_WAIT_S,
-                  filter_patch: str = "sync") -> Scheduler:
+                  write_allocation: str = "filter") -> Scheduler:
     """One scheduler replica (engine, sync feed, extender) over its own KubeCluster; no HTTP serving needed
     for calls made in-process, but ``start()`` runs the whole service as production does."""
     engine = make_engine(clock)
     svc = Scheduler(engine, kube_cluster(server, request_timeout_s=request_timeout_s),
                     Options(port=0, metrics_host=None, sync_wait_s=sync_wait_s, lock_timeout_s=lock_timeout_s,
-                            lock_wait_s=lock_wait_s, filter_patch=filter_patch))
+                            lock_wait_s=lock_wait_s, write_allocation=write_allocation))
     svc.extender.locker.backoff_s = 0.01  # keep retries quick in tests
     if start:
         svc.start()

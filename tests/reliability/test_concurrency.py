@@ -43,12 +43,13 @@ def _pods(count: int, seed: int) -> list[dict[str, Any]]:
 
 
 def _run(server: FakeApiServer, *, nodes: int, gpus: int, pods: int, threads: int, seed: int,
-         chaos: bool = False, filter_patch: str = "sync") -> None:
+         chaos: bool = False, write_allocation: str = "filter") -> None:
     names = [f"node-{i:02d}" for i in range(nodes)]
     for name in names:
         server.create("nodes", "", nvidia_node(name, gpus=gpus))
     created = [server.create("pods", "default", p) for p in _pods(pods, seed)]
-    replicas = [start_replica(server, filter_patch=filter_patch), start_replica(server, filter_patch=filter_patch)]
+    replicas = [start_replica(server, write_allocation=write_allocation),
+                start_replica(server, write_allocation=write_allocation)]
     stop = threading.Event()
     try:
         if chaos:  # a watch that drops, now and then, and a few lost and failed scheduler writes
@@ -96,12 +97,12 @@ def _run(server: FakeApiServer, *, nodes: int, gpus: int, pods: int, threads: in
             svc.stop()
 
 
-@pytest.mark.parametrize("filter_patch", ["sync", "async"])
-def test_two_replicas_over_http_200_pods_on_50_nodes(server: FakeApiServer, filter_patch: str) -> None:
+@pytest.mark.parametrize("write_allocation", ["filter", "bind"])
+def test_two_replicas_over_http_200_pods_on_50_nodes(server: FakeApiServer, write_allocation: str) -> None:
     """Two replicas, each on its own KubeCluster (official client, real HTTP), 8 kube-scheduler threads. With
-    ``--filter-patch async`` a pod's bind often reaches the other replica before its filter's patch has landed:
-    refused and retried, never over-committed."""
-    _run(server, nodes=50, gpus=1, pods=200, threads=8, seed=7, filter_patch=filter_patch)
+    ``--write-allocation bind`` a pod's bind that reaches the replica that did not filter it is refused (nobody
+    wrote its allocation) and the pod is filtered again; never over-committed."""
+    _run(server, nodes=50, gpus=1, pods=200, threads=8, seed=7, write_allocation=write_allocation)
 
 
 @pytest.mark.soak
@@ -110,8 +111,10 @@ def test_soak_two_replicas_over_http_2000_pods_on_50_nodes(server: FakeApiServer
 
 
 @pytest.mark.soak
-def test_soak_two_replicas_with_dropping_watches_and_failing_writes(server: FakeApiServer) -> None:
-    _run(server, nodes=50, gpus=4, pods=2000, threads=16, seed=11, chaos=True)
+@pytest.mark.parametrize("write_allocation", ["filter", "bind"])
+def test_soak_two_replicas_with_dropping_watches_and_failing_writes(server: FakeApiServer,
+                                                                    write_allocation: str) -> None:
+    _run(server, nodes=50, gpus=4, pods=2000, threads=16, seed=11, chaos=True, write_allocation=write_allocation)
 
 
 def test_two_lagging_replicas_many_threads_2000_pods_on_50_nodes() -> None:

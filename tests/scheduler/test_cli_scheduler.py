@@ -64,7 +64,7 @@ def test_bad_lock_wait_is_a_usage_error_naming_the_flag(capsys: pytest.CaptureFi
 
 def test_lock_flags_reach_the_bind_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``--node-lock-wait`` and ``--node-lock-retry-timeout`` end up on the extender's node locker, and
-    ``--filter-patch async`` gives it a write-behind pool."""
+    ``--write-allocation bind`` makes it keep decisions for bind."""
     import hami_core.scheduler.app as app
 
     seen: list[app.Scheduler] = []
@@ -78,13 +78,13 @@ def test_lock_flags_reach_the_bind_path(tmp_path: Path, monkeypatch: pytest.Monk
     cluster_file = tmp_path / "cluster.yaml"
     cluster_file.write_text(yaml.safe_dump_all([nvidia_node("node-a")]))
     assert main(["scheduler", "--cluster-file", str(cluster_file), "--http-bind", "127.0.0.1:0", "--metrics-bind",
-                 "", "--node-lock-wait", "2.5", "--node-lock-retry-timeout", "7", "--filter-patch", "async"]) != 0
+                 "", "--node-lock-wait", "2.5", "--node-lock-retry-timeout", "7", "--write-allocation", "bind"]) != 0
     locker = seen[0].extender.locker
     assert (locker.wait_s, locker.retry_timeout_s) == (2.5, 7.0)
     assert seen[0].sync.node_listeners == [locker.node_changed]
-    assert seen[0].extender.writes is not None and seen[0].options.filter_patch == "async"
+    assert seen[0].extender.decided is not None and seen[0].options.write_allocation == "bind"
 
 
-def test_unknown_filter_patch_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["scheduler", "--filter-patch", "later"]) == 2
-    assert "argument --filter-patch: invalid choice: 'later'" in capsys.readouterr().err
+def test_unknown_write_allocation_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["scheduler", "--write-allocation", "later"]) == 2
+    assert "argument --write-allocation: invalid choice: 'later'" in capsys.readouterr().err

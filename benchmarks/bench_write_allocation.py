@@ -1,10 +1,10 @@
-"""``--filter-patch sync`` against ``async``: how fast kube-scheduler's scheduling loop can go through the extender
-when every API call costs a round trip.
+"""``--write-allocation filter`` against ``bind``: how fast kube-scheduler's scheduling loop can go through the
+extender when every API call costs a round trip.
 
 kube-scheduler filters one pod at a time; the binding of each pod runs on its own (a goroutine). With
-``sync`` (HAMi), ``/filter`` answers after patching the pod with its decision, so each cycle pays an API
-round trip; with ``async`` it answers once the devices are booked and the patch follows (``/bind`` of the pod
-waits for it). The in-memory cluster here sleeps ``rtt_ms`` before every call (as a real client waits on the
+``filter`` (HAMi), ``/filter`` answers after patching the pod with its allocation, so each cycle pays an API
+round trip; with ``bind`` it answers once the devices are booked, and ``/bind`` writes the allocation together
+with the bind phase. The in-memory cluster here sleeps ``rtt_ms`` before every call (as a real client waits on the
 network; the GIL is free meanwhile); watch events are not delayed. Pods are 1-GPU, binpack, on an empty
 cluster; a device plugin stand-in releases each node lock as soon as the pod is bound.
 
@@ -12,7 +12,7 @@ Reported: ``/filter`` latency as the client sees it, the scheduling loop's rate 
 the time until every pod is bound (binds for one node take its lock in turn, so under binpack they, not the
 filters, set the pace once round trips are long).
 
-Run: ``python benchmarks/bench_filter_write.py [--nodes 1000] [--pods 1000] [--rtt-ms 0,2] [--json]``.
+Run: ``python benchmarks/bench_write_allocation.py [--nodes 1000] [--pods 1000] [--rtt-ms 0,2] [--json]``.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def slow_cluster(rtt_ms: float) -> type:
 def run_one(nodes: int, pods: int, rtt_ms: float, mode: str) -> dict[str, Any]:
     from run import Service, logging_quiet, post, request_pod
 
-    svc = Service(nodes, 0.0, "asyncio", filter_patch=mode, cluster_class=slow_cluster(rtt_ms))
+    svc = Service(nodes, 0.0, "asyncio", write_allocation=mode, cluster_class=slow_cluster(rtt_ms))
     logging_quiet()
     objs = [svc.cluster.add_pod(request_pod("1gpu", f"fw-{i}")) for i in range(pods)]
     svc.release_locks_when_bound()
@@ -90,24 +90,24 @@ def run_one(nodes: int, pods: int, rtt_ms: float, mode: str) -> dict[str, Any]:
     finally:
         svc.stop()
     lat = sorted(latencies)
-    return {"nodes": nodes, "pods": pods, "rtt_ms": rtt_ms, "filter_patch": mode,
+    return {"nodes": nodes, "pods": pods, "rtt_ms": rtt_ms, "write_allocation": mode,
             "filter_p50_ms": statistics.median(lat), "filter_p99_ms": lat[min(len(lat) - 1, int(len(lat) * 0.99))],
             "loop_pods_per_s": pods / loop_s, "bound": len(bound), "bind_errors": len(errors),
             "all_bound_s": all_bound_s}
 
 
 def section(nodes: int, pods: int, rtts: list[float]) -> list[dict[str, Any]]:
-    return [run_one(nodes, pods, rtt, mode) for rtt in rtts for mode in ("sync", "async")]
+    return [run_one(nodes, pods, rtt, mode) for rtt in rtts for mode in ("filter", "bind")]
 
 
 def table(rows: list[dict[str, Any]]) -> Table:
-    out = Table(title="8. --filter-patch sync vs async: kube-scheduler's filter loop with API round trips "
+    out = Table(title="8. --write-allocation filter vs bind: kube-scheduler's filter loop with API round trips "
                       "(1-GPU pods, binpack, empty cluster)")
-    for col in ("nodes", "pods", "API round trip", "--filter-patch", "/filter p50 / p99 ms", "filter loop pods/s",
+    for col in ("nodes", "pods", "API round trip", "--write-allocation", "/filter p50 / p99 ms", "filter loop pods/s",
                 "bound", "bind errors", "all bound (s)"):
         out.add_column(col, justify="right")
     for r in rows:
-        out.add_row(str(r["nodes"]), str(r["pods"]), f"{r['rtt_ms']:g} ms", r["filter_patch"],
+        out.add_row(str(r["nodes"]), str(r["pods"]), f"{r['rtt_ms']:g} ms", r["write_allocation"],
                     f"{r['filter_p50_ms']:.2f} / {r['filter_p99_ms']:.2f}", f"{r['loop_pods_per_s']:.0f}",
                     str(r["bound"]), str(r["bind_errors"]), f"{r['all_bound_s']:.1f}")
     return out

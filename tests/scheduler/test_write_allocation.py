@@ -1,0 +1,153 @@
+"""``--write-allocation bind``: /filter books the devices and answers with no API call; /bind writes the allocation
+with the bind phase in one patch, under the node lock. The service runs over HTTP on 127.0.0.1 on a
+:class:`MemoryCluster` that counts pod patches and can refuse the Binding."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pytest
+from sched_helpers import gpu_pod, make_engine, nvidia_node, post
+
+from hami_core.cluster.memory import MemoryCluster
+from hami_core.scheduler.app import Options, Scheduler
+from hami_core.scheduler.extender import Extender
+from hami_core.wire import keys
+from hami_core.wire.lock import decode_node_lock
+
+
+class Counting(MemoryCluster):
+    """Counts pod patches; with ``refuse_binding`` the Binding is forbidden, with ``refuse_patch`` pod patches are."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.pod_patches: list[Mapping[str, Any]] = []
+        self.refuse_binding = self.refuse_patch = False
+
+    def patch_pod(self, namespace: str, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
+        if self.refuse_patch:
+            raise PermissionError("pods is forbidden: cannot patch")
+        self.pod_patches.append(patch)
+        return super().patch_pod(namespace, name, patch)
+
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        if self.refuse_binding:
+            raise PermissionError("pods/binding is forbidden")
+        super().bind(namespace, name, uid, node)
+
+
+@pytest.fixture
+def cluster() -> Counting:
+    return Counting(nodes=[nvidia_node("node-a"), nvidia_node("node-b")])
+
+
+def _service(cluster: MemoryCluster, mode: str = "bind") -> Scheduler:
+    svc = Scheduler(make_engine(), cluster, Options(host="127.0.0.1", port=0, metrics_host=None,
+                                                    write_allocation=mode))
+    svc.extender.locker.backoff_s = 0.001
+    svc.start()
+    return svc
+
+
+@pytest.fixture
+def service(cluster: Counting) -> Iterator[Scheduler]:
+    svc = _service(cluster)
+    try:
+        yield svc
+    finally:
+        svc.stop()
+
+
+def _filter(svc: Scheduler, pod: dict[str, Any], names: list[str] | None = None) -> dict[str, Any]:
+    return post(svc.server.url + "/filter", {"Pod": pod, "NodeNames": names or ["node-a", "node-b"]})[2]
+
+
+def _bind(svc: Scheduler, name: str, node: str) -> dict[str, Any]:
+    return post(svc.server.url + "/bind", {"PodName": name, "PodNamespace": "default",
+                                           "PodUID": f"uid-default-{name}", "Node": node})[2]
+
+
+def _booked(svc: Scheduler) -> dict[str, str]:
+    with svc.lock:
+        return {b.pod: b.node for b in svc.engine.ledger.bookings.values()}
+
+
+def test_filter_makes_no_api_call_and_bind_writes_the_allocation_once(service: Scheduler, cluster: Counting) -> None:
+    pod = cluster.add_pod(gpu_pod("p", mem=4000, cores=20))
+    [node] = _filter(service, pod)["NodeNames"]
+    assert cluster.pod_patches == [] and _booked(service) == {"default/p": node}  # booked, nothing written
+    assert keys.VGPU_NODE not in (cluster.get_pod("default", "p")["metadata"].get("annotations") or {})
+    other = cluster.add_pod(gpu_pod("q", mem=4000))
+    _filter(service, other)  # the next decision already sees p's devices
+    assert _bind(service, "p", node) == {"Error": ""}
+    [patch] = [p for p in cluster.pod_patches if p["metadata"].get("labels")]  # one patch carried all of it
+    annos = patch["metadata"]["annotations"]
+    assert annos[keys.VGPU_NODE] == node and annos[keys.BIND_PHASE] == keys.BIND_PHASE_ALLOCATING
+    assert ",NVIDIA,4000,20:;" in annos[keys.VGPU_DEVICES_ALLOCATED]
+    assert annos[keys.VGPU_DEVICES_TO_ALLOCATE] == annos[keys.VGPU_DEVICES_ALLOCATED]
+    assert patch["metadata"]["labels"] == {keys.VGPU_NODE: node}
+    stored = cluster.get_pod("default", "p")
+    assert stored["spec"]["nodeName"] == node and stored["metadata"]["annotations"][keys.VGPU_NODE] == node
+    assert decode_node_lock(cluster.get_node(node)["metadata"]["annotations"][keys.NODE_LOCK]).owned_by("default", "p")
+    assert service.extender.decided is not None and ("default", "p") not in service.extender.decided
+    assert [e["reason"] for e in cluster.events if e["involvedObject"]["name"] == "p"] == \
+        ["FilteringSucceed", "BindingSucceed"]
+
+
+def test_a_pod_this_replica_did_not_filter_is_refused_then_bound(service: Scheduler, cluster: Counting) -> None:
+    """The bind reaches a replica (or a restarted one) that never decided the pod: nothing was written, so it
+    refuses; kube-scheduler filters it again, here, and the bind goes through."""
+    pod = cluster.add_pod(gpu_pod("p", mem=4000))
+    result = _bind(service, "p", "node-a")
+    assert result["Error"] == ("pod default/p carries no device allocation and this scheduler has not decided one; "
+                               "it must be filtered again")
+    assert not cluster.get_pod("default", "p")["spec"].get("nodeName")
+    assert keys.NODE_LOCK not in (cluster.get_node("node-a")["metadata"].get("annotations") or {})
+    [node] = _filter(service, pod)["NodeNames"]
+    assert _bind(service, "p", node) == {"Error": ""}
+
+
+def test_a_bind_for_another_node_is_refused_and_forgets_the_decision(service: Scheduler, cluster: Counting) -> None:
+    pod = cluster.add_pod(gpu_pod("p", mem=4000))
+    [node] = _filter(service, pod)["NodeNames"]
+    elsewhere = "node-b" if node == "node-a" else "node-a"
+    result = _bind(service, "p", elsewhere)
+    assert result["Error"] == f"pod default/p was filtered onto node {node}, not {elsewhere}; it must be filtered again"
+    assert _booked(service) == {} and cluster.pod_patches == []
+
+
+def test_a_failed_binding_drops_the_unwritten_reservation_only(service: Scheduler, cluster: Counting) -> None:
+    """The Binding fails after the allocation patch went through: the pod carries it, so its booking stays (the
+    watch books it as any allocated pod). When the patch itself was never made, nothing stays."""
+    pod = cluster.add_pod(gpu_pod("p", mem=4000))
+    [node] = _filter(service, pod)["NodeNames"]
+    cluster.refuse_binding = True
+    assert "pods/binding is forbidden" in _bind(service, "p", node)["Error"]
+    assert cluster.get_pod("default", "p")["metadata"]["annotations"][keys.VGPU_NODE] == node
+    assert _booked(service) == {"default/p": node}
+    assert keys.NODE_LOCK not in (cluster.get_node(node)["metadata"].get("annotations") or {})
+
+    cluster.refuse_binding, cluster.refuse_patch = False, True
+    q = cluster.add_pod(gpu_pod("q", mem=4000))
+    [node_q] = _filter(service, q)["NodeNames"]
+    assert "cannot patch" in _bind(service, "q", node_q)["Error"]  # the allocation was never written
+    assert keys.VGPU_NODE not in (cluster.get_pod("default", "q")["metadata"].get("annotations") or {})
+    assert "default/q" not in _booked(service) and ("default", "q") not in service.extender.decided
+    assert keys.NODE_LOCK not in (cluster.get_node(node_q)["metadata"].get("annotations") or {})
+
+
+def test_filter_mode_still_patches_at_filter(cluster: Counting) -> None:
+    svc = _service(cluster, "filter")
+    try:
+        pod = cluster.add_pod(gpu_pod("p", mem=4000))
+        [node] = _filter(svc, pod)["NodeNames"]
+        assert cluster.get_pod("default", "p")["metadata"]["annotations"][keys.VGPU_NODE] == node
+        assert svc.extender.decided is None and _bind(svc, "p", node) == {"Error": ""}
+    finally:
+        svc.stop()
+
+
+def test_unknown_allocation_write_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown allocation write 'later': choose one of filter, bind"):
+        Extender(make_engine(), MemoryCluster(), write_allocation="later")
