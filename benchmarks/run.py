@@ -62,11 +62,11 @@ console = Console(stderr=True)
 FULL = {"nodes": [1000, 5000, 10000], "usage": [0.0, 0.5, 0.9], "pods": 1000, "full_eval": 50, "http_pods": 300,
         "tp_nodes": 1000, "tp_pods": 10000, "mem_nodes": 10000, "mem_pods": 50000, "fgd_nodes": [1000, 5000],
         "fgd_pods": 300, "servers": ["asyncio", "threaded"], "burst_pods": 40, "burst_allocate_ms": [20.0],
-        "fw_nodes": 1000, "fw_pods": 1000, "fw_rtt_ms": [0.0, 2.0]}
+        "fw_nodes": 1000, "fw_pods": 1000, "fw_rtt_ms": [2.0]}
 QUICK = {"nodes": [200, 1000], "usage": [0.0, 0.5], "pods": 100, "full_eval": 10, "http_pods": 50,
          "tp_nodes": 1000, "tp_pods": 1000, "mem_nodes": 1000, "mem_pods": 5000, "fgd_nodes": [200],
          "fgd_pods": 30, "servers": ["asyncio", "threaded"], "burst_pods": 8, "burst_allocate_ms": [20.0],
-         "fw_nodes": 200, "fw_pods": 100, "fw_rtt_ms": [0.0, 2.0]}
+         "fw_nodes": 200, "fw_pods": 100, "fw_rtt_ms": [2.0]}
 
 
 # --------------------------------------------------------------------------------------------- builders
@@ -202,14 +202,16 @@ class Service:
     """The real scheduler service on 127.0.0.1 over a MemoryCluster of ``nodes`` at ``usage``."""
 
     def __init__(self, nodes: int, usage: float, server: str = "asyncio", lock_wait_s: float | None = None,
-                 write_allocation: str = "filter", cluster_class: type | None = None) -> None:
+                 write_allocation: str = "filter", cluster_class: type | None = None,
+                 node_policy: str = "binpack") -> None:
         from hami_core.cluster.memory import MemoryCluster
         from hami_core.scheduler.app import Options, Scheduler
 
         self.names = [f"node-{n:05d}" for n in range(nodes)]
         self.cluster = (cluster_class or MemoryCluster)(nodes=[node_obj(n) for n in range(nodes)],
                                                         pods=usage_pods(nodes, usage))
-        self.svc = Scheduler(Engine({"nvidia": {}}), self.cluster,
+        config = {"nvidia": {}, "scheduler": {"nodeSchedulerPolicy": node_policy}}
+        self.svc = Scheduler(Engine(config), self.cluster,
                              Options(host="127.0.0.1", port=0, metrics_host=None, resync_s=3600.0,
                                      http_server=server, write_allocation=write_allocation,
                                      **({} if lock_wait_s is None else {"lock_wait_s": lock_wait_s})))
@@ -517,7 +519,7 @@ def section_burst(cfg: dict[str, Any]) -> list[dict[str, Any]]:
 def section_write_allocation(cfg: dict[str, Any]) -> list[dict[str, Any]]:
     """--write-allocation filter against bind with modeled API round trips; see bench_write_allocation.py."""
     with console.status(f"[8] {cfg['fw_pods']} pods through the filter loop, allocation written at filter and bind"):
-        return bench_write_allocation.section(cfg["fw_nodes"], cfg["fw_pods"], cfg["fw_rtt_ms"])
+        return bench_write_allocation.section(cfg["fw_nodes"], cfg["fw_pods"], cfg["fw_rtt_ms"], ("binpack", "spread"))
 
 
 def main(argv: list[str] | None = None) -> int:
