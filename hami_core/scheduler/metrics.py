@@ -140,7 +140,7 @@ class LockWaitCollector(Collector):
         for reason, count in sorted(locker.refused.items()):
             refused.add_metric([reason], count)
         waiting = GaugeMetricFamily("hami_node_lock_waiting", "Binds waiting for (or taking) a node lock now")
-        waiting.add_metric([], locker.waiting_total())
+        waiting.add_metric([], locker.waiting())
         yield from (waits, seconds, refused, waiting)
 
 

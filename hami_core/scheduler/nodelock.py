@@ -222,15 +222,11 @@ class NodeLocker:
             for queue in self._queues.values():
                 queue.changed.notify_all()
 
-    def waiting_total(self) -> int:
-        """How many binds of this process wait for (or are taking) any node lock now."""
+    def waiting(self, node: str | None = None) -> int:
+        """How many binds of this process wait for (or are taking) one of ``node``'s locks now (any node's by
+        default)."""
         with self._queue_guard:
-            return sum(len(q.tickets) for q in self._queues.values())
-
-    def waiting(self, node: str) -> int:
-        """How many binds of this process wait for (or are taking) one of ``node``'s locks now."""
-        with self._queue_guard:
-            return sum(len(q.tickets) for (name, _), q in self._queues.items() if name == node)
+            return sum(len(q.tickets) for (name, _), q in self._queues.items() if node is None or name == node)
 
     def release(self, node: str, pod: Mapping[str, Any], spec: LockSpec, *, force: bool = False) -> None:
         """Remove the lock if ``pod`` holds it (or anyone, with ``force``; owner-less locks always)."""

@@ -11,6 +11,7 @@ import threading
 from typing import Any
 
 import pytest
+from reliability.rel_helpers import wait_until
 from sched_helpers import gpu_pod, nvidia_node
 
 from hami_core.cluster.base import NotFoundError
@@ -37,14 +38,8 @@ def _holder(cluster: MemoryCluster) -> str | None:
     return decode_node_lock(value).name if value else None
 
 
-def _until(predicate: Any, timeout_s: float = 10.0) -> None:
-    """Wait for ``predicate`` (a bound for convergence, not a timing check)."""
-    done = threading.Event()
-    for _ in range(int(timeout_s / 0.005)):
-        if predicate():
-            return
-        done.wait(0.005)
-    raise AssertionError("condition not reached")
+def _until(predicate: Any) -> None:
+    assert wait_until(predicate, timeout_s=10.0, poll_s=0.005), "condition not reached"
 
 
 def _release(cluster: MemoryCluster) -> None:
