@@ -156,8 +156,9 @@ class Extender:
             if decision.ok:
                 self.engine.reserve(pod, decision)
                 if self.decided is not None:  # bind writes it
-                    self.decided[_key(pod)] = (decision.node or "", dict(decision.annotations))
-                    self.decided.move_to_end(_key(pod))
+                    key = _key(pod)
+                    self.decided[key] = (decision.node or "", dict(decision.annotations))
+                    self.decided.move_to_end(key)
                     while len(self.decided) > MAX_DECIDED:
                         self.decided.popitem(last=False)
         if decision.error:
@@ -365,15 +366,12 @@ class Extender:
         """
         with self.lock:
             decided = self.decided.get((namespace, name)) if self.decided is not None else None
-            needs = not self.engine.requests(pod).empty
-        written = annotations(pod).get(keys.VGPU_NODE)
-        if decided is None or not needs:
-            if needs and not written:
-                with self.lock:
-                    self.engine.unreserve(pod)
+            if decided is None:  # only pods that request devices are decided; does this one?
+                if annotations(pod).get(keys.VGPU_NODE) or self.engine.requests(pod).empty:
+                    return pod, {}, ""
+                self.engine.unreserve(pod)
                 return pod, {}, (f"pod {namespace}/{name} carries no device allocation and this scheduler has "
                                  "not decided one; it must be filtered again")
-            return pod, {}, ""
         chosen, allocation = decided
         if chosen != node:
             with self.lock:

@@ -151,3 +151,16 @@ def test_filter_mode_still_patches_at_filter(cluster: Counting) -> None:
 def test_unknown_allocation_write_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown allocation write 'later': choose one of filter, bind"):
         Extender(make_engine(), MemoryCluster(), write_allocation="later")
+
+
+def test_the_oldest_decisions_are_forgotten_past_the_cap(service: Scheduler, cluster: Counting,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Decisions waiting for bind are capped; a pod whose decision was pushed out is refused and filtered again."""
+    import hami_core.scheduler.extender as extender
+
+    monkeypatch.setattr(extender, "MAX_DECIDED", 2)
+    pods = [cluster.add_pod(gpu_pod(n, mem=1000)) for n in ("a", "b", "c")]
+    nodes = [_filter(service, p)["NodeNames"][0] for p in pods]
+    assert list(service.extender.decided or {}) == [("default", "b"), ("default", "c")]
+    assert "has not decided one" in _bind(service, "a", nodes[0])["Error"]
+    assert _bind(service, "c", nodes[2]) == {"Error": ""}
