@@ -41,26 +41,32 @@ def render(doc: dict[str, Any]) -> str:
         out.append("")
     if "http" in s:
         out += ["### 2. HTTP extender, 1-GPU pod (ms, p50 / p99)", "",
-                "| nodes | usage | server | /filter | /bind | JSON floor | GET /healthz round trip "
-                "| filter p99 / floor p99 | target (≤ 2x) |",
-                "|---:|---:|---|---:|---:|---:|---:|---:|---|"]
+                "*null*: the same server with an extender that schedules nothing; *bare*: the barest Python server "
+                "with a raw-socket client (`benchmarks/null_extender.py`).", "",
+                "| nodes | usage | server | /filter | /bind | JSON floor | GET /healthz round trip | null /filter "
+                "| bare /filter | p99 / floor p99: filter, null, bare | target (≤ 2x) |",
+                "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---|"]
         for r in s["http"]:
             trip = ms(r["roundtrip"]) if "roundtrip" in r else "-"
+            refs = [ms(r[k]) if k in r else "-" for k in ("null_filter", "bare_filter")]
+            ratios = ", ".join(f"{r[k]:.1f}x" for k in ("filter_p99_over_floor_p99", "null_filter_p99_over_floor_p99",
+                                                      "bare_filter_p99_over_floor_p99") if r.get(k) is not None)
             out.append(f"| {r['nodes']} | {r['usage']:.0%} | {r.get('server', 'threaded')} | {ms(r['filter'])} "
-                       f"| {ms(r['bind'])} | {ms(r['floor'])} "
-                       f"| {trip} | {r['filter_p99_over_floor_p99']:.1f}x "
+                       f"| {ms(r['bind'])} | {ms(r['floor'])} | {trip} | {refs[0]} | {refs[1]} | {ratios} "
                        f"| {verdict(r['filter_p99_over_floor_p99'] <= 2)} |")
         out.append("")
     if "throughput" in s:
         out += ["### 3. Sustained filter + bind over HTTP", "",
-                "| nodes | server | client threads | pods | bound | lock retries | wall s | pods/s "
+                "| nodes | extender | server | client threads | pods | bound | lock retries | wall s | pods/s "
                 "| server CPU ms/pod | target (> 1,000/s) |",
-                "|---:|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+                "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
         for r in s["throughput"]:
             cpu = f"{r['server_cpu_ms_per_pod']:.2f}" if "server_cpu_ms_per_pod" in r else "-"
-            out.append(f"| {r['nodes']} | {r.get('server', 'threaded')} | {r['threads']} | {r['pods']} | {r['bound']} "
-                       f"| {r['retries']} | {r['wall_s']:.1f} | {r['pods_per_s']:.0f} | {cpu} "
-                       f"| {verdict(r['pods_per_s'] > 1000)} |")
+            extender = r.get("extender", "hami")
+            target = verdict(r["pods_per_s"] > 1000) if extender == "hami" else "(reference)"
+            out.append(f"| {r['nodes']} | {extender} | {r.get('server', 'threaded')} | {r['threads']} | {r['pods']} "
+                       f"| {r['bound']} | {r['retries']} | {r['wall_s']:.1f} | {r['pods_per_s']:.0f} | {cpu} "
+                       f"| {target} |")
         out.append("")
     if "memory" in s:
         r = s["memory"]

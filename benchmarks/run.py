@@ -6,10 +6,13 @@ Sections (``--sections 1,2,...``):
    levels, p50/p99 with ``limit=1`` (best-first, as the extender calls it) plus the full evaluation of the
    1-GPU pod;
 2. the same 1-GPU pod through the HTTP extender (``/filter`` + ``/bind`` over 127.0.0.1 against the
-   in-memory cluster), next to the JSON floor (decode the ExtenderArgs body, encode the reply) and the
-   transport floor (a ``GET /healthz`` round trip on the same connection);
+   in-memory cluster), next to the JSON floor (decode the ExtenderArgs body, encode the reply), the
+   transport floor (a ``GET /healthz`` round trip on the same connection) and two reference servers that
+   schedule nothing (``null_extender.py``): the same server with a null extender, and the barest Python server
+   with a raw-socket client;
 3. sustained throughput: pods filtered and bound through HTTP on 1,000 nodes, 1 and 4 client threads; the client
-   runs in a separate process (as kube-scheduler does), the device plugin's lock release in the scheduler's;
+   runs in a separate process (as kube-scheduler does), the device plugin's lock release in the scheduler's; the
+   same client against the null extender and the bare server gives the ceiling any handler work leaves;
 4. memory: RSS of an engine holding N nodes x 8 GPUs and M booked pods (in a clean subprocess);
 5. ``hami simulate`` on the openb default trace, one seed, binpack (wall time of a subprocess);
 6. the ``fgd`` policy against binpack, ``schedule(limit=1)`` on 1,000 and 5,000 nodes with the same pod again
@@ -40,7 +43,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +57,7 @@ import bench_burst  # noqa: E402
 import bench_fgd  # noqa: E402
 import bench_write_allocation  # noqa: E402
 from bench_schedule import GPU_MEM, GPUS_PER_NODE  # noqa: E402
+from null_extender import BareClient, BareServer, start_null  # noqa: E402
 
 from hami_core.engine.facade import Engine  # noqa: E402
 
@@ -263,19 +267,64 @@ def post(conn: http.client.HTTPConnection, path: str, body: bytes) -> Any:
 
 def section_http(cfg: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
+    references: dict[tuple[int, str], dict[str, Any]] = {}  # the reference servers do not depend on usage
     for n, usage, server in itertools.product(cfg["nodes"], cfg["usage"], cfg["servers"]):
             with console.status(f"[2] starting the {server} extender on {n} nodes at {usage:.0%}"):
                 svc = Service(n, usage, server)
             gc.freeze()
             try:
                 with console.status(f"[2] /filter + /bind on {n} nodes at {usage:.0%} ({server})"):
-                    rows.append({"nodes": n, "usage": usage, "server": server, **http_cell(svc, cfg["http_pods"])})
+                    row = {"nodes": n, "usage": usage, "server": server, **http_cell(svc, cfg["http_pods"])}
             finally:
                 gc.unfreeze()
                 svc.stop()
                 del svc
                 gc.collect()
+            if (n, server) not in references:
+                with console.status(f"[2] reference servers that schedule nothing, {n} node names ({server})"):
+                    references[n, server] = reference_cell(n, server, cfg["http_pods"])
+            row.update(references[n, server])
+            floor_p99 = row["floor"]["p99_ms"]
+            for key in ("null_filter", "bare_filter"):
+                row[f"{key}_p99_over_floor_p99"] = row[key]["p99_ms"] / floor_p99 if floor_p99 else None
+            rows.append(row)
     return rows
+
+
+def reference_cell(nodes: int, server: str, iterations: int) -> dict[str, Any]:
+    """``/filter`` of the same 1-GPU pod and ``nodes`` node names against the null extender behind ``server``
+    (an ``http.client`` connection, as :func:`http_cell`) and against the bare server (raw-socket client)."""
+    names = [f"node-{n:05d}" for n in range(nodes)]
+    bodies = [json.dumps({"Pod": request_pod("1gpu", f"ref-{i}"), "Nodes": None, "NodeNames": names}).encode()
+              for i in range(iterations + 1)]
+    null = start_null(server)
+    try:
+        conn = http.client.HTTPConnection(*null.address[:2], timeout=60)
+        null_ms = _timed_posts(lambda body: post(conn, "/filter", body), bodies)
+        conn.close()
+    finally:
+        null.shutdown()
+    bare = BareServer()
+    try:
+        client = BareClient(*bare.address)
+        bare_ms = _timed_posts(lambda body: client.post("/filter", body), bodies)
+        client.close()
+    finally:
+        bare.shutdown()
+    return {"null_filter": pct(null_ms), "bare_filter": pct(bare_ms)}
+
+
+def _timed_posts(send: Callable[[bytes], Any], bodies: list[bytes]) -> list[float]:
+    """Wall ms of ``send(body)`` for each body but the first (a warm-up)."""
+    out = []
+    for i, body in enumerate(bodies):
+        t0 = time.perf_counter()
+        result = send(body)
+        if i:
+            out.append((time.perf_counter() - t0) * 1000)
+        if not result.get("NodeNames"):
+            raise RuntimeError(f"reference server answered {result!r}")
+    return out
 
 
 def http_cell(svc: Service, iterations: int) -> dict[str, Any]:
@@ -318,45 +367,63 @@ def http_cell(svc: Service, iterations: int) -> dict[str, Any]:
 
 
 def table_http(rows: list[dict[str, Any]], cfg: dict[str, Any]) -> Table:
-    t = Table(title=f"2. HTTP extender, 1-GPU pod, {cfg['http_pods']} pods per cell (ms, p50 / p99)")
-    for col in ("nodes", "usage", "server", "/filter", "/bind", "JSON floor", "GET /healthz", "body KiB",
-                "filter p99 / floor p99"):
+    t = Table(title=f"2. HTTP extender, 1-GPU pod, {cfg['http_pods']} pods per cell (ms, p50 / p99); null and bare: "
+                    "reference servers that schedule nothing")
+    for col in ("nodes", "usage", "server", "/filter", "/bind", "JSON floor", "GET /healthz", "null /filter",
+                "bare /filter", "body KiB", "p99 / floor p99: filter · null · bare"):
         t.add_column(col, justify="right")
     for r in rows:
         t.add_row(str(r["nodes"]), f"{r['usage']:.0%}", r.get("server", "threaded"),
-                  *(f"{r[k]['p50_ms']:.2f} / {r[k]['p99_ms']:.2f}" for k in ("filter", "bind", "floor", "roundtrip")),
-                  f"{r['body_bytes'] / 1024:.0f}", f"{r['filter_p99_over_floor_p99']:.1f}x")
+                  *(f"{r[k]['p50_ms']:.2f} / {r[k]['p99_ms']:.2f}"
+                    for k in ("filter", "bind", "floor", "roundtrip", "null_filter", "bare_filter")),
+                  f"{r['body_bytes'] / 1024:.0f}",
+                  " · ".join(f"{r[k]:.1f}x" for k in ("filter_p99_over_floor_p99", "null_filter_p99_over_floor_p99",
+                                                     "bare_filter_p99_over_floor_p99")))
     return t
 
 
 # --------------------------------------------------------------------------------------------- section 3
 
 def section_throughput(cfg: dict[str, Any]) -> list[dict[str, Any]]:
-    """Filter+bind N pods; the client (kube-scheduler's part) runs in its own process, as in a cluster."""
+    """Filter+bind N pods; the client (kube-scheduler's part) runs in its own process, as in a cluster. Then the
+    same client against the null extender behind each server and against the bare server: the pods a second
+    that HTTP alone allows here."""
     rows = []
+    count, nodes = cfg["tp_pods"], cfg["tp_nodes"]
     for server, threads in itertools.product(cfg["servers"], (1, 4)):
-        count = cfg["tp_pods"]
-        with console.status(f"[3] {count} pods through HTTP on {cfg['tp_nodes']} nodes, {threads} thread(s), {server}"):
-            svc = Service(cfg["tp_nodes"], 0.0, server)
+        with console.status(f"[3] {count} pods through HTTP on {nodes} nodes, {threads} thread(s), {server}"):
+            svc = Service(nodes, 0.0, server)
             for i in range(count):
                 svc.cluster.add_pod(request_pod("1gpu", f"tp-{i}"))
             svc.release_locks_when_bound()
             gc.freeze()
             try:
-                cpu0 = time.process_time()
-                out = subprocess.run([sys.executable, __file__, "--tp-client",
-                                      f"{svc.host},{svc.port},{cfg['tp_nodes']},{count},{threads}"],
-                                     check=True, capture_output=True, text=True)
-                server_cpu = time.process_time() - cpu0
-                stats = json.loads(out.stdout)
-                rows.append({"server": server, "threads": threads, "nodes": cfg["tp_nodes"], **stats,
-                             "server_cpu_s": server_cpu, "server_cpu_ms_per_pod": 1000 * server_cpu / max(1, count)})
+                rows.append({"extender": "hami", "server": server, "threads": threads, "nodes": nodes,
+                             **_tp_run(svc.host, svc.port, nodes, count, threads)})
             finally:
                 gc.unfreeze()
                 svc.stop()
                 del svc
                 gc.collect()
+    for server, threads in itertools.product([*cfg["servers"], "bare"], (1, 4)):
+        with console.status(f"[3] {count} pods, a server that schedules nothing ({server}), {threads} thread(s)"):
+            ref = BareServer() if server == "bare" else start_null(server)
+            try:
+                rows.append({"extender": "bare" if server == "bare" else "null", "server": server,
+                             "threads": threads, "nodes": nodes, **_tp_run(*ref.address[:2], nodes, count, threads)})
+            finally:
+                ref.shutdown()
     return rows
+
+
+def _tp_run(host: str, port: int, nodes: int, count: int, threads: int) -> dict[str, Any]:
+    """The throughput client in a subprocess against ``host:port``: its figures plus this process's CPU."""
+    cpu0 = time.process_time()
+    out = subprocess.run([sys.executable, __file__, "--tp-client", f"{host},{port},{nodes},{count},{threads}"],
+                         check=True, capture_output=True, text=True)
+    server_cpu = time.process_time() - cpu0
+    return {**json.loads(out.stdout), "server_cpu_s": server_cpu,
+            "server_cpu_ms_per_pod": 1000 * server_cpu / max(1, count)}
 
 
 def tp_client(host: str, port: int, nodes: int, count: int, threads: int) -> dict[str, Any]:
@@ -407,14 +474,15 @@ def tp_client(host: str, port: int, nodes: int, count: int, threads: int) -> dic
 
 
 def table_throughput(rows: list[dict[str, Any]]) -> Table:
-    t = Table(title="3. Sustained /filter + /bind through HTTP (1-GPU pods, empty cluster)")
-    for col in ("nodes", "server", "client threads", "pods", "bound", "lock retries", "failed", "wall s", "pods/s",
-                "server CPU ms/pod"):
+    t = Table(title="3. Sustained /filter + /bind through HTTP (1-GPU pods, empty cluster); null and bare: "
+                    "reference servers that schedule nothing")
+    for col in ("nodes", "extender", "server", "client threads", "pods", "bound", "lock retries", "failed",
+                "wall s", "pods/s", "server CPU ms/pod"):
         t.add_column(col, justify="right")
     for r in rows:
-        t.add_row(str(r["nodes"]), r.get("server", "threaded"), str(r["threads"]), str(r["pods"]), str(r["bound"]),
-                  str(r["retries"]),
-                  str(r["failed"]), f"{r['wall_s']:.1f}", f"{r['pods_per_s']:.0f}", f"{r['server_cpu_ms_per_pod']:.2f}")
+        t.add_row(str(r["nodes"]), r.get("extender", "hami"), r.get("server", "threaded"), str(r["threads"]),
+                  str(r["pods"]), str(r["bound"]), str(r["retries"]), str(r["failed"]), f"{r['wall_s']:.1f}",
+                  f"{r['pods_per_s']:.0f}", f"{r['server_cpu_ms_per_pod']:.2f}")
     return t
 
 
@@ -568,7 +636,7 @@ def main(argv: list[str] | None = None) -> int:
 
     doc: dict[str, Any] = {"meta": {"quick": args.quick, "python": sys.version.split()[0], "cpus": os.cpu_count(),
                                     "config": cfg}, "sections": {}}
-    out = Console(width=max(Console().width, 130))
+    out = Console(width=max(Console().width, 160))
     started = time.perf_counter()
     runs = ((1, "schedule", section_schedule, lambda r: table_schedule(r, cfg)),
             (2, "http", section_http, lambda r: table_http(r, cfg)),

@@ -13,19 +13,28 @@ RUN = Path(__file__).resolve().parent.parent / "benchmarks" / "run.py"
 
 
 def test_run_quick_json_shape() -> None:
-    out = subprocess.run([sys.executable, str(RUN), "--quick", "--sections", "1,2,4", "--nodes", "5",
-                          "--usage", "0,0.5", "--pods", "3", "--mem", "5,20", "--json"],
-                         check=True, capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, str(RUN), "--quick", "--sections", "1,2,3,4", "--nodes", "5",
+                          "--usage", "0,0.5", "--pods", "3", "--tp-nodes", "5", "--tp-pods", "12", "--mem", "5,20",
+                          "--json"],
+                         check=True, capture_output=True, text=True, timeout=180)
     doc = json.loads(out.stdout)
     assert set(doc) == {"meta", "sections"} and doc["meta"]["quick"] is True
-    assert set(doc["sections"]) == {"schedule", "http", "memory"}
+    assert set(doc["sections"]) == {"schedule", "http", "throughput", "memory"}
     rows = doc["sections"]["schedule"]
     assert [(r["nodes"], r["usage"]) for r in rows] == [(5, 0.0), (5, 0.5)]
     for r in rows:
         for kind in ("1gpu", "2gpu", "2ctr", "1gpu_full"):
             assert set(r[kind]) == {"p50_ms", "p99_ms", "mean_ms", "cpu_p50_ms", "cpu_p99_ms", "cpu_mean_ms"}
     for r in doc["sections"]["http"]:
-        assert {"filter", "bind", "floor", "roundtrip", "body_bytes"} <= set(r)
+        assert {"filter", "bind", "floor", "roundtrip", "body_bytes", "null_filter", "bare_filter"} <= set(r)
+        for key in ("filter", "null_filter", "bare_filter"):
+            assert r[f"{key}_p99_over_floor_p99"] == pytest.approx(r[key]["p99_ms"] / r["floor"]["p99_ms"])
+    # The scheduler on both servers, then the reference servers that schedule nothing; every pod bound by each.
+    rows = doc["sections"]["throughput"]
+    assert [(r["extender"], r["server"], r["threads"]) for r in rows] == [
+        (ext, server, threads) for ext, server in (("hami", "asyncio"), ("hami", "threaded"), ("null", "asyncio"),
+                                                  ("null", "threaded"), ("bare", "bare")) for threads in (1, 4)]
+    assert all(r["bound"] == r["pods"] == 12 and r["failed"] == 0 and r["server_cpu_ms_per_pod"] > 0 for r in rows)
     mem = doc["sections"]["memory"]
     assert mem["nodes"] == 5 and mem["pods"] == 20 and mem["rss_mb"] > 0
 
