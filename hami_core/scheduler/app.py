@@ -78,8 +78,10 @@ class Scheduler:
                                  lock_wait=self.options.lock_wait_s, write_allocation=self.options.write_allocation,
                                  engine_lock=self.lock,
                                  ready=self.sync.wait_synced, sync_wait_s=self.options.sync_wait_s)
-        # binds waiting for a locked node wake on its watch events; the poll is only a fallback then
-        self.sync.node_listeners.append(self.extender.locker.node_changed)
+        # binds waiting for a locked node wake on its watch events (the poll is only a fallback then), and a
+        # deleted node's mutex and a deleted pod's unwritten decision are forgotten
+        self.sync.node_listeners.append(self.extender.locker.on_node_event)
+        self.sync.pod_listeners.append(self.extender.on_pod_event)
         self.extender.locker.poll_s = WATCHED_POLL_S
         self.webhook = Webhook(engine, engine_lock=self.lock)
         self.server = make_server(self.options.http_server, self.extender, self.webhook, self.options.host,

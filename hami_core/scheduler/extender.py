@@ -118,9 +118,10 @@ class Extender:
         self.bound = BoundLedgers(engine)
         self.locker = NodeLocker(cluster, timeout_s=lock_timeout, retry_timeout_s=lock_retry_timeout,
                                  wait_s=lock_wait, clock=self.clock, sleep=sleep)
-        #: ``write_allocation == "bind"``: pod (namespace, name) → (node, allocation annotations) decided by
-        #: this replica's filter and not yet written (the oldest are forgotten past :data:`MAX_DECIDED`)
-        self.decided: OrderedDict[tuple[str, str], tuple[str, dict[str, str]]] | None = (
+        #: ``write_allocation == "bind"``: pod (namespace, name) → (node, allocation annotations, pod UID)
+        #: decided by this replica's filter and not yet written; a deleted pod's decision is dropped
+        #: (:meth:`on_pod_event`), and the oldest are forgotten past :data:`MAX_DECIDED`
+        self.decided: OrderedDict[tuple[str, str], tuple[str, dict[str, str], str]] | None = (
             OrderedDict() if write_allocation == "bind" else None)
 
     # ------------------------------------------------------------------------------------ filter
@@ -157,7 +158,8 @@ class Extender:
                 self.engine.reserve(pod, decision)
                 if self.decided is not None:  # bind writes it
                     key = _key(pod)
-                    self.decided[key] = (decision.node or "", dict(decision.annotations))
+                    self.decided[key] = (decision.node or "", dict(decision.annotations),
+                                         str(metadata(pod).get("uid") or ""))
                     self.decided.move_to_end(key)
                     while len(self.decided) > MAX_DECIDED:
                         self.decided.popitem(last=False)
@@ -337,6 +339,18 @@ class Extender:
         self._event(pod, NORMAL, BINDING_SUCCEED, f"Successfully binding node [{node}] to {namespace}/{name}")
         return {"Error": ""}
 
+    def on_pod_event(self, event: str, pod: Mapping[str, Any]) -> None:
+        """A Pod watch event (``Sync.pod_listeners``): a deleted pod's unwritten decision goes. Its reservation
+        goes with the pod's removal from the ledger; a pod of the same name created since keeps its own decision
+        (the UIDs differ), should the old pod's deletion be heard after the new pod was filtered."""
+        if event != "DELETED" or self.decided is None:
+            return
+        key, uid = _key(pod), str(metadata(pod).get("uid") or "")
+        with self.lock:
+            decided = self.decided.get(key)
+            if decided is not None and (not uid or not decided[2] or decided[2] == uid):
+                del self.decided[key]
+
     def _drop_unwritten(self, pod: Mapping[str, Any], namespace: str, name: str, allocation: Mapping[str, str]) -> None:
         """``--write-allocation bind``, the bind failed: unless the pod carries the allocation after all (the
         patch went through before a later step failed), nobody but this replica knows of it, so its reservation
@@ -372,7 +386,7 @@ class Extender:
                 self.engine.unreserve(pod)
                 return pod, {}, (f"pod {namespace}/{name} carries no device allocation and this scheduler has "
                                  "not decided one; it must be filtered again")
-        chosen, allocation = decided
+        chosen, allocation, _ = decided
         if chosen != node:
             with self.lock:
                 self.engine.unreserve(pod)

@@ -214,6 +214,14 @@ class NodeLocker:
                     queue.version += 1
                     queue.changed.notify_all()
 
+    def on_node_event(self, event: str, node: str) -> None:
+        """A Node watch event (``Sync.node_listeners``): a deleted node is forgotten, any other change wakes
+        the binds waiting for the node's lock."""
+        if event == "DELETED":
+            self.forget(node)
+        else:
+            self.node_changed(node)
+
     def close(self) -> None:
         """Shutting down: every waiting bind gives up at once with contention (its pod is retried, by this
         scheduler's successor or another replica), rather than take a lock it may no longer be able to release."""

@@ -40,8 +40,10 @@ class Sync:
     :param interval_s: period of the re-registration pass (HAMi: 15 s).
     :param on_pass: called after each registration pass.
 
-    ``node_listeners`` are called with the node's name on every Node watch event, before it is applied (the
-    node locker wakes the binds waiting for that node's lock).
+    ``node_listeners`` are called with the event type and the node's name on every Node watch event, before it
+    is applied (the node locker wakes the binds waiting for that node's lock, and forgets a deleted node);
+    ``pod_listeners`` with the event type and the pod after a Pod event is applied (the extender forgets what it
+    decided for a deleted pod). A listener that raises is logged; the event is applied all the same.
     """
 
     def __init__(self, engine: Engine, cluster: Cluster, *, engine_lock: threading.RLock | None = None,
@@ -53,7 +55,8 @@ class Sync:
         self.interval_s = interval_s
         self.is_leader = is_leader or (lambda: True)
         self.on_pass = on_pass
-        self.node_listeners: list[Callable[[str], None]] = []
+        self.node_listeners: list[Callable[[str, str], None]] = []
+        self.pod_listeners: list[Callable[[str, dict[str, Any]], None]] = []
         self._synced = threading.Event()
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -140,7 +143,7 @@ class Sync:
         name = str(metadata(node).get("name") or "")
         for listener in self.node_listeners:
             try:
-                listener(name)
+                listener(event, name)
             except Exception:
                 log.exception("node %s: listener %r failed", name, listener)
         try:
@@ -161,6 +164,11 @@ class Sync:
         except Exception:
             log.exception("pod %s/%s: %s event not applied", metadata(pod).get("namespace"),
                           metadata(pod).get("name"), event)
+        for listener in self.pod_listeners:
+            try:
+                listener(event, pod)
+            except Exception:
+                log.exception("pod %s: listener %r failed", pod_ref(pod), listener)
 
     def on_quota(self, event: str, quota: dict[str, Any]) -> None:
         """Watch callback for ResourceQuotas."""

@@ -81,7 +81,8 @@ def test_lock_flags_reach_the_bind_path(tmp_path: Path, monkeypatch: pytest.Monk
                  "", "--node-lock-wait", "2.5", "--node-lock-retry-timeout", "7", "--write-allocation", "bind"]) != 0
     locker = seen[0].extender.locker
     assert (locker.wait_s, locker.retry_timeout_s) == (2.5, 7.0)
-    assert seen[0].sync.node_listeners == [locker.node_changed]
+    assert seen[0].sync.node_listeners == [locker.on_node_event]
+    assert seen[0].sync.pod_listeners == [seen[0].extender.on_pod_event]
     assert seen[0].extender.decided is not None and seen[0].options.write_allocation == "bind"
 
 

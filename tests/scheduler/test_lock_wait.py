@@ -1,6 +1,6 @@
 """``--node-lock-wait``: binds wait for a locked node in arrival order, woken by the Node watch.
 
-The locker runs on a :class:`MemoryCluster` whose watch feeds :meth:`NodeLocker.node_changed`, as the scheduler's
+The locker runs on a :class:`MemoryCluster` whose watch feeds :meth:`NodeLocker.on_node_event`, as the scheduler's
 Sync does. The fallback poll is set to a minute, so every wake-up within these tests comes from a watch event
 or from the queue moving.
 """
@@ -29,7 +29,7 @@ def _watched(names: list[str], wait_s: float) -> tuple[MemoryCluster, NodeLocker
     cluster = MemoryCluster(nodes=[nvidia_node("n")], pods=[gpu_pod(n) for n in names])
     locker = NodeLocker(cluster, wait_s=wait_s)
     locker.poll_s = 60.0
-    cluster.watch(lambda event, node: locker.node_changed(node["metadata"]["name"]), lambda event, pod: None)
+    cluster.watch(lambda event, node: locker.on_node_event(event, node["metadata"]["name"]), lambda event, pod: None)
     return cluster, locker
 
 
@@ -121,16 +121,18 @@ def test_a_full_queue_refuses_at_once_and_waiters_time_out_with_the_contention_e
     assert samples["hami_node_lock_waits_total"] == 0
 
 
-def test_a_waiter_whose_node_is_deleted_fails_at_once() -> None:
+def test_a_waiter_whose_node_is_deleted_fails_at_once_and_the_node_is_forgotten() -> None:
     cluster, locker = _watched(["holder", "w"], wait_s=30)
     locker.acquire("n", gpu_pod("holder"), SPEC)
     outcome: list[BaseException] = []
     waiter = threading.Thread(target=lambda: outcome.append(_raised(lambda: locker.acquire("n", gpu_pod("w"), SPEC))))
     waiter.start()
     _until(lambda: locker.contended == 1)
+    assert "n" in locker._mutexes
     cluster.delete_node("n")
     waiter.join(10)
     assert not waiter.is_alive() and isinstance(outcome[0], NotFoundError)
+    assert "n" not in locker._mutexes and locker.waiting() == 0  # nothing of a deleted node is kept
 
 
 def test_a_pod_outside_any_group_waits_on_a_fake_clock_then_times_out() -> None:

@@ -164,3 +164,23 @@ def test_the_oldest_decisions_are_forgotten_past_the_cap(service: Scheduler, clu
     assert list(service.extender.decided or {}) == [("default", "b"), ("default", "c")]
     assert "has not decided one" in _bind(service, "a", nodes[0])["Error"]
     assert _bind(service, "c", nodes[2]) == {"Error": ""}
+
+
+def test_a_deleted_pods_decision_goes_and_a_new_pod_of_its_name_keeps_its_own(service: Scheduler,
+                                                                               cluster: Counting) -> None:
+    """A pod deleted between filter and bind: the watch drops this replica's decision with its reservation.
+    A pod created again under the same name keeps its own decision when the old pod's deletion is heard late."""
+    old = cluster.add_pod(gpu_pod("p", mem=4000))
+    _filter(service, old)
+    assert service.extender.decided is not None and ("default", "p") in service.extender.decided
+    cluster.delete_pod("default", "p")  # the in-memory watch delivers at once
+    assert ("default", "p") not in service.extender.decided and "default/p" not in _booked(service)
+    new = gpu_pod("p", mem=4000)
+    new["metadata"]["uid"] = "uid-second"
+    [node] = _filter(service, cluster.add_pod(new))["NodeNames"]
+    service.extender.on_pod_event("DELETED", old)  # the first pod's deletion, heard after the second's filter
+    assert service.extender.decided[("default", "p")][::2] == (node, "uid-second")
+    service.extender.on_pod_event("MODIFIED", new)
+    assert ("default", "p") in service.extender.decided
+    service.extender.on_pod_event("DELETED", new)
+    assert ("default", "p") not in service.extender.decided
