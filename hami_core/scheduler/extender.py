@@ -60,6 +60,15 @@ WRITE_ALLOCATION = ("filter", "bind")
 #: Decisions kept for bind under ``--write-allocation bind`` (pods filtered and not yet bound); past this the
 #: oldest is forgotten, and its pod's bind is refused and retried.
 MAX_DECIDED = 65536
+#: Under ``--write-allocation bind``, a decision whose bind has not come this long after the filter is dropped
+#: with its reservation, unless the pod turns out to carry an allocation (read fresh). Nobody else knows of such a
+#: reservation: without expiry it would hold its devices for as long as its pod stays pending, for instance when
+#: the bind went to another replica (refused there) and the pod then found no room. Longer than kube-scheduler's
+#: longest gap between filter and bind (Permit waits, then PreBind's volume binding, 600 s by default); a bind
+#: that comes later still is refused and its pod filtered again.
+DECISION_TTL_S = 900.0
+#: Expired decisions a filter checks at most (one pod read each), so that a filter never pays for many.
+EXPIRE_BATCH = 4
 
 
 def _final(exc: BaseException) -> bool:
@@ -118,11 +127,13 @@ class Extender:
         self.bound = BoundLedgers(engine)
         self.locker = NodeLocker(cluster, timeout_s=lock_timeout, retry_timeout_s=lock_retry_timeout,
                                  wait_s=lock_wait, clock=self.clock, sleep=sleep)
-        #: ``write_allocation == "bind"``: pod (namespace, name) → (node, allocation annotations, pod UID)
-        #: decided by this replica's filter and not yet written; a deleted pod's decision is dropped
-        #: (:meth:`on_pod_event`), and the oldest are forgotten past :data:`MAX_DECIDED`
-        self.decided: OrderedDict[tuple[str, str], tuple[str, dict[str, str], str]] | None = (
+        #: ``write_allocation == "bind"``: pod (namespace, name) → (node, allocation annotations, pod UID, time
+        #: decided) decided by this replica's filter and not yet written, oldest first; a deleted pod's decision
+        #: is dropped (:meth:`on_pod_event`), an old one expires (:meth:`expire_decisions`), and the oldest are
+        #: forgotten past :data:`MAX_DECIDED`
+        self.decided: OrderedDict[tuple[str, str], tuple[str, dict[str, str], str, float]] | None = (
             OrderedDict() if write_allocation == "bind" else None)
+        self.decision_ttl_s = DECISION_TTL_S
 
     # ------------------------------------------------------------------------------------ filter
     def filter(self, args: Mapping[str, Any]) -> dict[str, Any]:
@@ -150,6 +161,8 @@ class Extender:
         if nodes is not None:
             return self._simulate(pod, nodes)
         names = names if names is not None else []
+        if self.decided:
+            self.expire_decisions(self.decision_ttl_s, limit=EXPIRE_BATCH)
 
         with self.lock:
             self.engine.unreserve(pod)  # re-filtered: its earlier reservation no longer counts (§6.1 step 4)
@@ -159,7 +172,7 @@ class Extender:
                 if self.decided is not None:  # bind writes it
                     key = _key(pod)
                     self.decided[key] = (decision.node or "", dict(decision.annotations),
-                                         str(metadata(pod).get("uid") or ""))
+                                         str(metadata(pod).get("uid") or ""), self.clock())
                     self.decided.move_to_end(key)
                     while len(self.decided) > MAX_DECIDED:
                         self.decided.popitem(last=False)
@@ -351,11 +364,55 @@ class Extender:
             if decided is not None and (not uid or not decided[2] or decided[2] == uid):
                 del self.decided[key]
 
+    def expire_decisions(self, max_age_s: float, *, limit: int | None = None) -> int:
+        """``--write-allocation bind``: drop the decisions older than ``max_age_s`` (at most ``limit`` of them),
+        oldest first, and rebook each pod from a fresh read: its reservation goes, unless the pod carries an
+        allocation (another replica wrote and bound it), which is booked instead. A pod that cannot be read keeps
+        its reservation until the next sweep. Returns how many decisions went. Filters call this (every decision
+        is a filter, so a stale reservation is gone before it could refuse a pod); so can an operator's code."""
+        if self.decided is None:
+            return 0
+        dropped = 0
+        now = self.clock()
+        while limit is None or dropped < limit:
+            with self.lock:
+                oldest = next(iter(self.decided.items()), None)
+            if oldest is None or now - oldest[1][3] < max_age_s:
+                break
+            (namespace, name), (node, _, uid, decided_at) = oldest
+            stub = {"metadata": {"namespace": namespace, "name": name, "uid": uid}}
+            try:
+                fresh: Mapping[str, Any] | None = self.cluster.get_pod(namespace, name)
+            except NotFoundError:
+                fresh = None
+            except Exception as exc:
+                log.debug("decision for pod %s/%s: cannot read the pod (%s); kept for now", namespace, name, exc)
+                break
+            with self.lock:
+                if self.decided.get((namespace, name), (None,) * 4)[3] != decided_at:
+                    continue  # bound, re-filtered or dropped meanwhile
+                del self.decided[(namespace, name)]
+                self._rebook(stub, fresh)
+            dropped += 1
+            log.info("pod %s/%s: decision for node %s dropped after %.0f s without a bind; its devices are free "
+                     "again", namespace, name, node, now - decided_at)
+        return dropped
+
+    def _rebook(self, pod: Mapping[str, Any], fresh: Mapping[str, Any] | None) -> None:
+        """Drop ``pod``'s reservation and book it as the API server has it (``fresh``; ``None``: gone). Engine lock
+        held. Unreserving alone would also drop an allocation another replica wrote since, until the pod's next
+        watch event."""
+        self.engine.unreserve(pod)
+        if fresh is None:
+            self.engine.remove_pod(pod)
+        elif str(metadata(fresh).get("uid") or "") == str(metadata(pod).get("uid") or ""):
+            self.engine.upsert_pod(fresh)
+
     def _drop_unwritten(self, pod: Mapping[str, Any], namespace: str, name: str, allocation: Mapping[str, str]) -> None:
         """``--write-allocation bind``, the bind failed: unless the pod carries the allocation after all (the
         patch went through before a later step failed), nobody but this replica knows of it, so its reservation
-        and decision go (kube-scheduler filters the pod again). If the pod cannot be read, both are kept: holding
-        devices a while is safe, booking them twice is not."""
+        and decision go (kube-scheduler filters the pod again), and the pod is booked as it is stored. If the pod
+        cannot be read, both are kept: holding devices a while is safe, booking them twice is not."""
         try:
             fresh = self.cluster.get_pod(namespace, name)
         except Exception as exc:
@@ -365,7 +422,7 @@ class Extender:
         if all(stored.get(k) == v for k, v in allocation.items()):
             return  # written: the watch books it as any allocated pod
         with self.lock:
-            self.engine.unreserve(pod)
+            self._rebook(pod, fresh)
             if self.decided is not None:
                 self.decided.pop((namespace, name), None)
 
@@ -386,7 +443,7 @@ class Extender:
                 self.engine.unreserve(pod)
                 return pod, {}, (f"pod {namespace}/{name} carries no device allocation and this scheduler has "
                                  "not decided one; it must be filtered again")
-        chosen, allocation, _ = decided
+        chosen, allocation = decided[:2]
         if chosen != node:
             with self.lock:
                 self.engine.unreserve(pod)

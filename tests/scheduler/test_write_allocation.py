@@ -4,7 +4,7 @@ with the bind phase in one patch, under the node lock. The service runs over HTT
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -12,7 +12,7 @@ from sched_helpers import gpu_pod, make_engine, nvidia_node, post
 
 from hami_core.cluster.memory import MemoryCluster
 from hami_core.scheduler.app import Options, Scheduler
-from hami_core.scheduler.extender import Extender
+from hami_core.scheduler.extender import DECISION_TTL_S, Extender
 from hami_core.wire import keys
 from hami_core.wire.lock import decode_node_lock
 
@@ -42,9 +42,9 @@ def cluster() -> Counting:
     return Counting(nodes=[nvidia_node("node-a"), nvidia_node("node-b")])
 
 
-def _service(cluster: MemoryCluster, mode: str = "bind") -> Scheduler:
-    svc = Scheduler(make_engine(), cluster, Options(host="127.0.0.1", port=0, metrics_host=None,
-                                                    write_allocation=mode))
+def _service(cluster: MemoryCluster, mode: str = "bind", clock: Callable[[], float] | None = None) -> Scheduler:
+    svc = Scheduler(make_engine(clock), cluster, Options(host="127.0.0.1", port=0, metrics_host=None,
+                                                         write_allocation=mode))
     svc.extender.locker.backoff_s = 0.001
     svc.start()
     return svc
@@ -184,3 +184,39 @@ def test_a_deleted_pods_decision_goes_and_a_new_pod_of_its_name_keeps_its_own(se
     assert ("default", "p") in service.extender.decided
     service.extender.on_pod_event("DELETED", new)
     assert ("default", "p") not in service.extender.decided
+
+
+def test_a_decision_without_a_bind_expires_and_the_pod_is_booked_as_stored(cluster: Counting) -> None:
+    """A decision whose bind never comes (it went to another replica, say, and the pod stayed pending) holds
+    devices nobody else knows of; past DECISION_TTL_S the next filter drops it with its reservation. A pod that
+    another replica bound meanwhile is booked as that replica wrote it, not dropped."""
+    now = [1000.0]
+    a, b = _service(cluster, clock=lambda: now[0]), _service(cluster, mode="filter")
+    try:
+        [node] = _filter(a, cluster.add_pod(gpu_pod("p", mem=4000)))["NodeNames"]
+        _filter(a, cluster.add_pod(gpu_pod("s", mem=4000)))
+        [node_s] = _filter(b, cluster.get_pod("default", "s"))["NodeNames"]  # s: filtered and bound by b instead
+        assert _bind(b, "s", node_s) == {"Error": ""}
+        now[0] += DECISION_TTL_S - 1
+        _filter(a, cluster.add_pod(gpu_pod("q", mem=1000)))
+        assert a.extender.decided is not None and ("default", "p") in a.extender.decided  # not yet
+        now[0] += 2
+        _filter(a, cluster.add_pod(gpu_pod("r", mem=1000)))  # the next filter sweeps
+        assert ("default", "p") not in a.extender.decided and ("default", "s") not in a.extender.decided
+        booked = _booked(a)
+        assert "default/p" not in booked and booked["default/s"] == node_s
+        assert a.extender.expire_decisions(DECISION_TTL_S) == 0  # q and r are young
+        assert "has not decided one" in _bind(a, "p", node)["Error"]
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_an_unreadable_pod_keeps_its_decision_until_the_next_sweep(service: Scheduler, cluster: Counting,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    [node] = _filter(service, cluster.add_pod(gpu_pod("p", mem=4000)))["NodeNames"]
+    monkeypatch.setattr(cluster, "get_pod", lambda *a: (_ for _ in ()).throw(TimeoutError("read timed out")))
+    assert service.extender.expire_decisions(0) == 0 and "default/p" in _booked(service)
+    monkeypatch.undo()
+    assert service.extender.expire_decisions(0) == 1 and "default/p" not in _booked(service)
+    assert "has not decided one" in _bind(service, "p", node)["Error"]
