@@ -49,11 +49,9 @@ class NullWebhook:
 def start_null(server: str) -> Any:
     """The scheduler's ``server`` (``asyncio`` or ``threaded``) serving :class:`NullExtender` on 127.0.0.1,
     started; stop it with ``shutdown()``."""
-    from hami_core.scheduler.aioserver import AsyncSchedulerServer
-    from hami_core.scheduler.server import SchedulerServer
+    from hami_core.scheduler.app import make_server
 
-    cls = AsyncSchedulerServer if server == "asyncio" else SchedulerServer
-    srv = cls(NullExtender(), NullWebhook(), "127.0.0.1", 0)  # type: ignore[arg-type]
+    srv = make_server(server, NullExtender(), NullWebhook(), "127.0.0.1", 0)  # type: ignore[arg-type]
     srv.start()
     return srv
 
