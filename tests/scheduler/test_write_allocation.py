@@ -12,7 +12,7 @@ from sched_helpers import gpu_pod, make_engine, nvidia_node, post
 
 from hami_core.cluster.memory import MemoryCluster
 from hami_core.scheduler.app import Options, Scheduler
-from hami_core.scheduler.extender import DECISION_TTL_S, Extender
+from hami_core.scheduler.extender import DECISION_TTL_S, EXPIRE_BATCH, Extender
 from hami_core.wire import keys
 from hami_core.wire.lock import decode_node_lock
 
@@ -220,3 +220,21 @@ def test_an_unreadable_pod_keeps_its_decision_until_the_next_sweep(service: Sche
     monkeypatch.undo()
     assert service.extender.expire_decisions(0) == 1 and "default/p" not in _booked(service)
     assert "has not decided one" in _bind(service, "p", node)["Error"]
+
+
+def test_a_filter_expires_at_most_a_batch_of_decisions_oldest_first(cluster: Counting) -> None:
+    """One pod read per expired decision: a filter pays for EXPIRE_BATCH of them at most; the rest wait for the
+    next filters."""
+    now = [0.0]
+    svc = _service(cluster, clock=lambda: now[0])
+    try:
+        old = [f"o{i}" for i in range(EXPIRE_BATCH + 2)]
+        for name in old:
+            _filter(svc, cluster.add_pod(gpu_pod(name, mem=1000)))
+        now[0] += DECISION_TTL_S + 1
+        _filter(svc, cluster.add_pod(gpu_pod("n", mem=1000)))
+        assert [name for _, name in svc.extender.decided or {}] == [*old[EXPIRE_BATCH:], "n"]
+        _filter(svc, cluster.add_pod(gpu_pod("m", mem=1000)))
+        assert [name for _, name in svc.extender.decided or {}] == ["n", "m"]
+    finally:
+        svc.stop()
