@@ -23,7 +23,7 @@ import logging
 import threading
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from hami_core.cluster.base import Cluster, NotFoundError
 from hami_core.engine.facade import Engine
@@ -69,6 +69,15 @@ MAX_DECIDED = 65536
 DECISION_TTL_S = 900.0
 #: Expired decisions a filter checks at most (one pod read each), so that a filter never pays for many.
 EXPIRE_BATCH = 4
+
+
+class Unwritten(NamedTuple):
+    """What ``--write-allocation bind`` keeps from a filter for the pod's bind."""
+
+    node: str
+    annotations: dict[str, str]  # the allocation bind writes
+    uid: str  # the pod's, so that a deleted pod's event leaves a new pod of its name alone
+    at: float  # when decided (``Extender.clock``), for expiry
 
 
 def _final(exc: BaseException) -> bool:
@@ -127,11 +136,10 @@ class Extender:
         self.bound = BoundLedgers(engine)
         self.locker = NodeLocker(cluster, timeout_s=lock_timeout, retry_timeout_s=lock_retry_timeout,
                                  wait_s=lock_wait, clock=self.clock, sleep=sleep)
-        #: ``write_allocation == "bind"``: pod (namespace, name) → (node, allocation annotations, pod UID, time
-        #: decided) decided by this replica's filter and not yet written, oldest first; a deleted pod's decision
-        #: is dropped (:meth:`on_pod_event`), an old one expires (:meth:`expire_decisions`), and the oldest are
-        #: forgotten past :data:`MAX_DECIDED`
-        self.decided: OrderedDict[tuple[str, str], tuple[str, dict[str, str], str, float]] | None = (
+        #: ``write_allocation == "bind"``: pod (namespace, name) → what this replica's filter decided and has not
+        #: written yet, oldest first; a deleted pod's decision is dropped (:meth:`on_pod_event`), an old one
+        #: expires (:meth:`expire_decisions`), and the oldest are forgotten past :data:`MAX_DECIDED`
+        self.decided: OrderedDict[tuple[str, str], Unwritten] | None = (
             OrderedDict() if write_allocation == "bind" else None)
         self.decision_ttl_s = DECISION_TTL_S
 
@@ -171,8 +179,8 @@ class Extender:
                 self.engine.reserve(pod, decision)
                 if self.decided is not None:  # bind writes it
                     key = _key(pod)
-                    self.decided[key] = (decision.node or "", dict(decision.annotations),
-                                         str(metadata(pod).get("uid") or ""), self.clock())
+                    self.decided[key] = Unwritten(decision.node or "", dict(decision.annotations),
+                                                  str(metadata(pod).get("uid") or ""), self.clock())
                     self.decided.move_to_end(key)
                     while len(self.decided) > MAX_DECIDED:
                         self.decided.popitem(last=False)
@@ -361,7 +369,7 @@ class Extender:
         key, uid = _key(pod), str(metadata(pod).get("uid") or "")
         with self.lock:
             decided = self.decided.get(key)
-            if decided is not None and (not uid or not decided[2] or decided[2] == uid):
+            if decided is not None and (not uid or not decided.uid or decided.uid == uid):
                 del self.decided[key]
 
     def expire_decisions(self, max_age_s: float, *, limit: int | None = None) -> int:
@@ -377,10 +385,10 @@ class Extender:
         while limit is None or dropped < limit:
             with self.lock:
                 oldest = next(iter(self.decided.items()), None)
-            if oldest is None or now - oldest[1][3] < max_age_s:
+            if oldest is None or now - oldest[1].at < max_age_s:
                 break
-            (namespace, name), (node, _, uid, decided_at) = oldest
-            stub = {"metadata": {"namespace": namespace, "name": name, "uid": uid}}
+            (namespace, name), decided = oldest
+            stub = {"metadata": {"namespace": namespace, "name": name, "uid": decided.uid}}
             try:
                 fresh: Mapping[str, Any] | None = self.cluster.get_pod(namespace, name)
             except NotFoundError:
@@ -389,13 +397,13 @@ class Extender:
                 log.debug("decision for pod %s/%s: cannot read the pod (%s); kept for now", namespace, name, exc)
                 break
             with self.lock:
-                if self.decided.get((namespace, name), (None,) * 4)[3] != decided_at:
+                if self.decided.get((namespace, name)) is not decided:
                     continue  # bound, re-filtered or dropped meanwhile
                 del self.decided[(namespace, name)]
                 self._rebook(stub, fresh)
             dropped += 1
             log.info("pod %s/%s: decision for node %s dropped after %.0f s without a bind; its devices are free "
-                     "again", namespace, name, node, now - decided_at)
+                     "again", namespace, name, decided.node, now - decided.at)
         return dropped
 
     def _rebook(self, pod: Mapping[str, Any], fresh: Mapping[str, Any] | None) -> None:
@@ -443,7 +451,7 @@ class Extender:
                 self.engine.unreserve(pod)
                 return pod, {}, (f"pod {namespace}/{name} carries no device allocation and this scheduler has "
                                  "not decided one; it must be filtered again")
-        chosen, allocation = decided[:2]
+        chosen, allocation = decided.node, decided.annotations
         if chosen != node:
             with self.lock:
                 self.engine.unreserve(pod)

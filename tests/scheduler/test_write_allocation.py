@@ -179,7 +179,8 @@ def test_a_deleted_pods_decision_goes_and_a_new_pod_of_its_name_keeps_its_own(se
     new["metadata"]["uid"] = "uid-second"
     [node] = _filter(service, cluster.add_pod(new))["NodeNames"]
     service.extender.on_pod_event("DELETED", old)  # the first pod's deletion, heard after the second's filter
-    assert service.extender.decided[("default", "p")][::2] == (node, "uid-second")
+    kept = service.extender.decided[("default", "p")]
+    assert (kept.node, kept.uid) == (node, "uid-second")
     service.extender.on_pod_event("MODIFIED", new)
     assert ("default", "p") in service.extender.decided
     service.extender.on_pod_event("DELETED", new)
