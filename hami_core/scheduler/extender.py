@@ -454,7 +454,7 @@ class Extender:
         chosen, allocation = decided.node, decided.annotations
         if chosen != node:
             with self.lock:
-                self.engine.unreserve(pod)
+                self._rebook(pod, pod)  # ``pod`` is bind's fresh read: it may carry another replica's allocation
                 self.decided.pop((namespace, name), None)
             return pod, {}, (f"pod {namespace}/{name} was filtered onto node {chosen}, not {node}; it must be "
                              "filtered again")

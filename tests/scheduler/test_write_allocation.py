@@ -117,6 +117,23 @@ def test_a_bind_for_another_node_is_refused_and_forgets_the_decision(service: Sc
     assert _booked(service) == {} and cluster.pod_patches == []
 
 
+def test_a_refused_bind_books_the_pod_as_another_replica_wrote_it(cluster: Counting) -> None:
+    """This replica decided node X; another replica, writing at filter, gave the pod node Y since, and the bind
+    names Y. The bind is refused (the decision here says X), and the pod stays booked on Y as written: dropping
+    only this replica's reservation must not drop the other replica's allocation with it."""
+    a, b = _service(cluster), _service(cluster, mode="filter")
+    try:
+        pod = cluster.add_pod(gpu_pod("p", mem=4000))
+        [x] = _filter(a, pod)["NodeNames"]
+        y = "node-b" if x == "node-a" else "node-a"
+        assert _filter(b, cluster.get_pod("default", "p"), [y])["NodeNames"] == [y]
+        assert "was filtered onto node" in _bind(a, "p", y)["Error"]
+        assert _booked(a)["default/p"] == y and a.extender.decided == {}
+    finally:
+        a.stop()
+        b.stop()
+
+
 def test_a_failed_binding_drops_the_unwritten_reservation_only(service: Scheduler, cluster: Counting) -> None:
     """The Binding fails after the allocation patch went through: the pod carries it, so its booking stays (the
     watch books it as any allocated pod). When the patch itself was never made, nothing stays."""
