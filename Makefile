@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 PLUGIN_DIRS := $(sort $(dir $(wildcard plugins/*/pyproject.toml))) examples/hami-example-vendor/
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup test lint demo bench clean image docs soak
+.PHONY: setup test lint demo bench clean image docs soak e2e e2e-bin bench-e2e
 
 setup: $(STAMP)
 
@@ -26,6 +26,22 @@ test: lint
 # The long reliability soak (tests marked `soak`: 2,000 pods over real HTTP, chaos); see docs/reliability.md.
 soak: setup
 	$(BIN)/pytest -m soak tests/reliability
+
+# The real control plane (kube-apiserver, kube-scheduler, etcd, kubectl) built from their Go modules
+# (e2e/controlplane/go.mod) into ~/.cache/hami-e2e/<versions>/, reused when present; the folder is the last line.
+E2E_BUILD := e2e/controlplane/build.sh
+e2e-bin:
+	@$(E2E_BUILD)
+
+# The e2e tier: tests/e2e against that control plane (needs Go to build it once; see README).
+e2e: setup
+	@bin="$$($(E2E_BUILD) | tail -n 1)" && test -n "$$bin" && \
+		HAMI_E2E_BIN="$$bin" HAMI_E2E_REQUIRE=1 $(BIN)/pytest -m e2e tests/e2e $(E2E_ARGS)
+
+# The extender inside the real kube-scheduler: pods/s and latency, alone / null extender / hami (docs/performance.md).
+bench-e2e: setup
+	@bin="$$($(E2E_BUILD) | tail -n 1)" && test -n "$$bin" && \
+		HAMI_E2E_BIN="$$bin" $(BIN)/python benchmarks/bench_e2e.py $(BENCH_ARGS)
 
 demo: setup
 	$(BIN)/hami simulate

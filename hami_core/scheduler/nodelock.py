@@ -5,9 +5,9 @@ A lock is a Node annotation (``hami.io/mutex.lock`` for most vendors) whose valu
 a JSON merge patch carrying ``metadata.resourceVersion``, so two schedulers racing for it cannot both win.
 
 * acquire: no lock → set; expired → break it, then set; held by the same pod → done; held by a pod
-  that is gone or finished → break it, then set; otherwise :class:`LockContention`. Breaking removes exactly
-  the value judged expired or dangling (compare-and-delete): two schedulers that both saw the same stale lock
-  cannot remove the fresh lock one of them has just set (HAMi's force-release would).
+  that is gone, finished or being deleted → break it, then set; otherwise :class:`LockContention`. Breaking
+  removes exactly the value judged expired or dangling (compare-and-delete): two schedulers that both saw the
+  same stale lock cannot remove the fresh lock one of them has just set (HAMi's force-release would).
 * set/release retry 5 times with exponential backoff (100 ms, doubling, jitter 0.5) on anything but contention.
   A write whose response was lost is detected by re-reading the node: the lock is ours if it carries our
   owner (or, owner-less, exactly the value we wrote).
@@ -309,11 +309,15 @@ class NodeLocker:
         raise self._contention(node, spec)
 
     def _owner_gone(self, namespace: str, name: str) -> bool:
+        """The lock's owner will never Allocate: gone, finished, or being deleted. kubelet admits no pod that is
+        being deleted, so a Terminating owner's lock would otherwise hold the node for the owner's whole grace
+        period (found on the real API server, where a deleted pod stays Terminating until its kubelet confirms)."""
         try:
             owner = self.cluster.get_pod(namespace, name)
         except NotFoundError:
             return True
-        return (owner.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+        return bool(metadata(owner).get("deletionTimestamp")) or (
+            (owner.get("status") or {}).get("phase") in ("Succeeded", "Failed"))
 
     def _set(self, node: str, pod: Mapping[str, Any], spec: LockSpec,
              seen: Mapping[str, Any] | None = None) -> Mapping[str, Any] | None:

@@ -75,6 +75,15 @@ def test_lock_of_deleted_or_finished_pod_is_broken_live_one_contends() -> None:
     cluster.add_pod({**gpu_pod("p"), "status": {"phase": "Succeeded"}})
     locker.acquire("n", gpu_pod("alive"), SPEC)
     assert decode_node_lock(_lock(cluster) or "").owned_by("default", "alive")
+    # a Terminating owner (deleted, its kubelet has not confirmed) never Allocates either
+    terminating = gpu_pod("alive")
+    terminating["metadata"]["deletionTimestamp"] = "2025-06-15T00:00:00Z"
+    cluster.add_pod(terminating)
+    cluster.add_pod(gpu_pod("third"))
+    locker.acquire("n", gpu_pod("third"), SPEC)
+    assert decode_node_lock(_lock(cluster) or "").owned_by("default", "third")
+    locker.release("n", gpu_pod("third"), SPEC)
+    locker.acquire("n", gpu_pod("alive"), SPEC)
     locker.release("n", gpu_pod("p"), SPEC)  # not ours: left alone
     assert _lock(cluster)
     locker.release("n", gpu_pod("alive"), SPEC)

@@ -1,0 +1,188 @@
+"""hami-py's own components as processes against the real control plane, started from what deploy/ ships:
+
+* :func:`scheduler_args`: the ``vgpu-scheduler-extender`` container's args of deploy/base/scheduler-deployment.yaml
+  with only the addresses, file paths and credentials rewritten for a process on loopback (``--in-cluster`` →
+  ``--kubeconfig``), so the test proves the shipped args parse and run;
+* :func:`scheduler_config`: the KubeSchedulerConfiguration of deploy/base/scheduler-config.yaml with only the
+  extender's URL and TLS settings rewritten (the rest as shipped);
+* :func:`webhook_configuration`: deploy/base/webhook.yaml with ``clientConfig`` pointing at the hami process.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import shutil
+import ssl
+import sys
+import urllib.request
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .controlplane import ROOT
+from .pki import CA, Pair
+from .procs import Proc, free_port, wait_until
+
+__all__ = ["HamiDevicePlugin", "HamiScheduler", "hami_argv", "scheduler_args", "scheduler_config",
+           "webhook_configuration"]
+
+DEPLOY = ROOT / "deploy"
+NAMESPACE = "kube-system"
+
+
+def hami_argv() -> list[str]:
+    """The ``hami`` command of the running interpreter's environment."""
+    exe = Path(sys.executable).parent / "hami"
+    if exe.exists():
+        return [str(exe)]
+    found = shutil.which("hami")
+    return [found] if found else [sys.executable, "-m", "hami_core.cli"]
+
+
+def _docs(path: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def _container(path: Path, kind: str, name: str) -> dict[str, Any]:
+    for doc in _docs(path):
+        if doc.get("kind") == kind:
+            for c in doc["spec"]["template"]["spec"]["containers"]:
+                if c["name"] == name:
+                    return dict(c)
+    raise LookupError(f"{path}: no {kind} container {name}")
+
+
+def _rewrite(args: Sequence[str], replace: Mapping[str, str | None], env: Mapping[str, str]) -> list[str]:
+    """``args`` with ``--flag=value`` replaced (``None``: dropped) and ``$(VAR)`` expanded as kubelet does."""
+    out, seen = [], set()
+    for arg in args:
+        flag = arg.split("=", 1)[0]
+        if flag in replace:
+            seen.add(flag)
+            if replace[flag] is not None:
+                out.append(f"{flag}={replace[flag]}" if replace[flag] != "" else flag)
+            continue
+        for var, value in env.items():
+            arg = arg.replace(f"$({var})", value)
+        out.append(arg)
+    out += [f"{f}={v}" if v != "" else f for f, v in replace.items() if f not in seen and v is not None]
+    return out
+
+
+def scheduler_args(kubeconfig: Path, port: int, metrics_port: int, tls: Pair,
+                   extra: Mapping[str, str | None]) -> list[str]:
+    container = _container(DEPLOY / "base" / "scheduler-deployment.yaml", "Deployment", "vgpu-scheduler-extender")
+    replace: dict[str, str | None] = {
+        "--in-cluster": None, "--kubeconfig": str(kubeconfig), "--http-bind": f"127.0.0.1:{port}",
+        "--tls-cert": str(tls.cert), "--tls-key": str(tls.key), "--metrics-bind": f"127.0.0.1:{metrics_port}",
+        "--device-config": str(DEPLOY / "base" / "device-config.yaml"), **extra}
+    return _rewrite(container["args"], replace, {"POD_NAMESPACE": NAMESPACE, "POD_NAME": "hami-scheduler-e2e"})
+
+
+def device_plugin_args(kubeconfig: Path, node: str, kubelet_dir: Path, devices_file: Path) -> list[str]:
+    container = _container(DEPLOY / "base" / "device-plugin-daemonset.yaml", "DaemonSet", "device-plugin")
+    replace: dict[str, str | None] = {
+        "--in-cluster": None, "--kubeconfig": str(kubeconfig), "--node-name": node,
+        "--kubelet-dir": str(kubelet_dir), "--devices-file": str(devices_file),
+        "--device-config": str(DEPLOY / "base" / "device-config.yaml")}
+    return _rewrite(container["args"], replace, {})
+
+
+def scheduler_config(extender_url: str | None, ca_pem: bytes | None, *,
+                     overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The shipped KubeSchedulerConfiguration; its extender's URL and TLS rewritten (``extender_url=None``: the
+    extender removed, kube-scheduler alone)."""
+    cm = _docs(DEPLOY / "base" / "scheduler-config.yaml")[0]
+    config = yaml.safe_load(cm["data"]["config.yaml"])
+    if extender_url is None:
+        config.pop("extenders", None)
+    else:
+        for ext in config.get("extenders") or []:
+            ext["urlPrefix"] = extender_url
+            ext["tlsConfig"] = {"caData": base64.b64encode(ca_pem or b"").decode()}
+    for key, value in (overrides or {}).items():
+        config[key] = value
+    return config
+
+
+def webhook_configuration(url: str, ca_pem: bytes, *, failure_policy: str | None = None) -> dict[str, Any]:
+    """deploy/base/webhook.yaml, calling ``url`` (kube-apiserver cannot reach a Service here: no kube-proxy)."""
+    doc = copy.deepcopy(_docs(DEPLOY / "base" / "webhook.yaml")[0])
+    for hook in doc["webhooks"]:
+        hook["clientConfig"] = {"url": url, "caBundle": base64.b64encode(ca_pem).decode()}
+        if failure_policy is not None:
+            hook["failurePolicy"] = failure_policy
+    return doc
+
+
+class HamiScheduler:
+    """``hami scheduler`` as its own process, in Kubernetes mode, serving HTTPS with a certificate of ``ca``."""
+
+    def __init__(self, workdir: Path, ca: CA, kubeconfig: Path, *, name: str = "hami-scheduler",
+                 extra: Mapping[str, str | None] | None = None, namespace_uts: str | None = None,
+                 port: int | None = None, metrics_port: int | None = None) -> None:
+        self.workdir, self.name = workdir, name
+        self.port, self.metrics_port = port or free_port(), metrics_port or free_port()
+        self.tls = ca.issue(f"{name}-serving", name, hosts=["127.0.0.1", "localhost"], server=True)
+        self.ca_pem = ca.pem
+        self.url = f"https://127.0.0.1:{self.port}"
+        self.argv = [*hami_argv(), *scheduler_args(kubeconfig, self.port, self.metrics_port, self.tls, extra or {})]
+        if namespace_uts:
+            self.argv = ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', namespace_uts, *self.argv]
+        self.proc: Proc | None = None
+
+    def context(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cadata=self.ca_pem.decode())
+        return ctx
+
+    def get(self, path: str, *, metrics: bool = False) -> str:
+        url = f"http://127.0.0.1:{self.metrics_port}{path}" if metrics else self.url + path
+        with urllib.request.urlopen(url, timeout=10, context=None if metrics else self.context()) as resp:
+            return resp.read().decode()
+
+    def start(self, *, ready: bool = True, timeout_s: float = 60.0) -> HamiScheduler:
+        self.proc = Proc(self.name, self.argv, self.workdir / "logs" / f"{self.name}.log")
+        if ready:
+            self.wait_ready(timeout_s)
+        else:
+            wait_until(f"{self.name} serving", lambda: self.get("/healthz") == "", timeout_s, 0.1, proc=self.proc)
+        return self
+
+    def wait_ready(self, timeout_s: float = 60.0) -> None:
+        assert self.proc is not None
+        wait_until(f"{self.name} ready", lambda: self.get("/readyz").strip() == "ok", timeout_s, 0.1, proc=self.proc)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.stop()
+            self.proc = None
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc = None
+
+
+class HamiDevicePlugin:
+    """``hami device-plugin`` for one node, with fake GPUs from a devices file and the project's fake kubelet."""
+
+    def __init__(self, workdir: Path, kubeconfig: Path, node: str, kubelet_dir: Path,
+                 gpus: Sequence[Mapping[str, Any]]) -> None:
+        self.workdir, self.node = workdir, node
+        self.devices_file = workdir / f"{node}.devices.yaml"
+        self.devices_file.write_text(yaml.safe_dump({"devices": [dict(g) for g in gpus]}))
+        self.argv = [*hami_argv(), *device_plugin_args(kubeconfig, node, kubelet_dir, self.devices_file)]
+        self.proc: Proc | None = None
+
+    def start(self) -> HamiDevicePlugin:
+        self.proc = Proc(f"hami-device-plugin-{self.node}", self.argv,
+                         self.workdir / "logs" / f"hami-device-plugin-{self.node}.log")
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.stop()
+            self.proc = None
