@@ -25,7 +25,8 @@ __all__ = ["BareClient", "BareServer", "NullExtender", "NullWebhook", "null_repl
 
 def null_reply(body: Any) -> dict[str, Any]:
     """The reply of an extender that schedules nothing: the first candidate node for a filter, success for a bind."""
-    names = body.get("NodeNames") if isinstance(body, dict) else None
+    # kube-scheduler writes ``nodenames`` (its Go struct tags); the benchmarks' clients write ``NodeNames``
+    names = next((v for k, v in body.items() if k.lower() == "nodenames"), None) if isinstance(body, dict) else None
     if names is not None:
         return {"NodeNames": names[:1], "FailedNodes": {}, "Error": ""}
     return {"Error": ""}
@@ -46,12 +47,12 @@ class NullWebhook:
         return {}
 
 
-def start_null(server: str) -> Any:
+def start_null(server: str, port: int = 0) -> Any:
     """The scheduler's ``server`` (``asyncio`` or ``threaded``) serving :class:`NullExtender` on 127.0.0.1,
     started; stop it with ``shutdown()``."""
     from hami_core.scheduler.app import make_server
 
-    srv = make_server(server, NullExtender(), NullWebhook(), "127.0.0.1", 0)  # type: ignore[arg-type]
+    srv = make_server(server, NullExtender(), NullWebhook(), "127.0.0.1", port)  # type: ignore[arg-type]
     srv.start()
     return srv
 
@@ -127,3 +128,27 @@ class BareClient:
 
     def close(self) -> None:
         self.sock.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python benchmarks/null_extender.py --port P``: serve the null extender until SIGTERM (``make bench-e2e``
+    runs it as kube-scheduler's extender in its own process, as hami runs in its own)."""
+    import argparse
+    import signal
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--server", choices=("asyncio", "threaded"), default="asyncio")
+    args = parser.parse_args(argv)
+    srv = start_null(args.server, args.port)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    print(f"null extender on {srv.url}", flush=True)
+    stop.wait()
+    srv.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

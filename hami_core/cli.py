@@ -110,7 +110,20 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _count(text: str) -> int:
+    """An argparse type: a whole number, 0 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be 0 or more")
+    return value
+
+
 def _add_scheduler_parser(commands: Any, common: argparse.ArgumentParser) -> None:
+    from hami_core.scheduler.inflight import DEFAULT_INFLIGHT_LIMIT
+
     sched = commands.add_parser(
         "scheduler", parents=[common], help="serve the kube-scheduler extender and admission webhook",
         description="Serve HAMi's scheduler extender (/filter, /bind), mutating webhook (/webhook), /healthz, "
@@ -150,6 +163,14 @@ def _add_scheduler_parser(commands: Any, common: argparse.ArgumentParser) -> Non
                             "does; bind: /filter answers once the devices are booked, with no API call, and /bind "
                             "writes the allocation with the bind phase in one patch under the node lock "
                             "(default: filter)")
+    sched.add_argument("--node-inflight-limit", type=_count, default=DEFAULT_INFLIGHT_LIMIT, metavar="N",
+                       help="a node with N pods between filter and its device plugin's Allocate (HAMi's node lock "
+                            "lets one at a time through) is chosen only when no other node fits, so that a burst "
+                            f"fills several nodes side by side instead of queueing on one (default: "
+                            f"{DEFAULT_INFLIGHT_LIMIT}; 0 places as HAMi does)")
+    sched.add_argument("--normal-events", action=argparse.BooleanOptionalAction, default=True,
+                       help="post HAMi's Normal events FilteringSucceed and BindingSucceed for every pod, two API "
+                            "writes a pod (default: on, as HAMi; Warning events are always posted)")
     sched.add_argument("--resync", type=float, default=15.0, metavar="SECONDS",
                        help="period of the node re-registration pass (default: 15)")
     sched.add_argument("--leader-elect", action="store_true",
@@ -370,6 +391,7 @@ def _cmd_scheduler(args: argparse.Namespace, _extra: list[str]) -> int:
                       lock_timeout_s=args.node_lock_timeout or config.scheduler.node_lock_timeout,
                       lock_retry_timeout_s=args.node_lock_retry_timeout, lock_wait_s=args.node_lock_wait,
                       write_allocation=args.write_allocation, resync_s=args.resync,
+                      inflight_limit=args.node_inflight_limit, normal_events=args.normal_events,
                       http_server=args.http_server)
     try:
         service = Scheduler(engine, cluster, options, is_leader=elector.is_leader if elector else None)

@@ -55,8 +55,10 @@ class Cluster(Protocol):
         """Merge-patch a Pod (annotations, labels); raises :class:`NotFoundError`."""
         ...
 
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
-        """Create the ``pods/binding`` subresource (the pod gets ``spec.nodeName``)."""
+    def bind(self, namespace: str, name: str, uid: str, node: str,
+             annotations: Mapping[str, str] | None = None) -> None:
+        """Create the ``pods/binding`` subresource: the pod gets ``spec.nodeName`` and ``annotations`` (the API
+        server merges a Binding's annotations into the pod's, in the same write)."""
         ...
 
     def event(self, obj: Mapping[str, Any], event_type: str, reason: str, message: str) -> None:

@@ -13,18 +13,20 @@ retrying. Every request first takes a token from a client-side ``qps``/``burst``
 :meth:`KubeCluster.watch` runs one daemon thread per resource (Nodes, Pods; ResourceQuotas with
 :meth:`KubeCluster.watch_resource_quotas`), each a small reflector: LIST, deliver
 ``ADDED`` for everything listed, WATCH from the list's resourceVersion and deliver events as they come. A clean
-end of the stream re-watches from the last version seen; a broken stream, any watch error, or ``410 Gone`` /
-"too old resource version" relists with backoff, delivering ``DELETED`` for objects that disappeared, ``ADDED``
-for new ones and ``MODIFIED`` for changed ones, so the handler's view converges on the server's. Every
+end of the stream, a broken stream or a transport error (connection refused while kube-apiserver restarts, 5xx,
+429) re-watches from the last version delivered, with backoff, as client-go's reflector does; ``410 Gone`` /
+"too old resource version" (that version was compacted away; kube-apiserver sends it as an in-stream ERROR event)
+or any other watch error relists with backoff, delivering ``DELETED`` for objects that disappeared, ``ADDED`` for
+new ones and ``MODIFIED`` for changed ones, so the handler's view converges on the server's. Every
 ``resync_s`` seconds the reflector relists and delivers ``MODIFIED`` for every object (the informer resync).
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
 import json
 import logging
+import marshal
 import socket
 import threading
 import time
@@ -39,6 +41,8 @@ from hami_core.plugins.errors import HamiError, TemporaryError
 log = logging.getLogger("hami.cluster.kube")
 
 MERGE_PATCH = "application/merge-patch+json"
+#: Connections kept open to the API server (kubernetes' default is cpu_count x 5).
+POOL_SIZE = 64
 
 
 class TokenBucket:
@@ -135,7 +139,10 @@ class KubeCluster:
         from kubernetes import client, config
 
         if api_client is None:
-            configuration = client.Configuration()
+            # The client keeps cpu_count x 5 connections (10 on a 2-core node): concurrent binds, lock waits and
+            # watches overflow it, and every connection it then discards costs a new TLS handshake on both ends
+            # (found under the e2e benchmark's burst: hundreds of "Connection pool is full" warnings).
+            configuration = client.Configuration(connection_pool_maxsize=POOL_SIZE)
             try:
                 if in_cluster:
                     config.load_incluster_config(client_configuration=configuration)
@@ -231,11 +238,15 @@ class KubeCluster:
         return self._typed(self._call(f"patch pod {namespace}/{name}", self.core.patch_namespaced_pod, name,
                                       namespace, dict(patch), _content_type=MERGE_PATCH), "Pod")
 
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
-        """Create the ``pods/binding`` subresource (the pod gets ``spec.nodeName``)."""
+    def bind(self, namespace: str, name: str, uid: str, node: str,
+             annotations: Mapping[str, str] | None = None) -> None:
+        """Create the ``pods/binding`` subresource: the pod gets ``spec.nodeName`` and ``annotations`` in one write
+        (kube-apiserver merges a Binding's annotations into the pod's)."""
         metadata: dict[str, Any] = {"name": name, "namespace": namespace}
         if uid:
             metadata["uid"] = uid
+        if annotations:
+            metadata["annotations"] = dict(annotations)
         body = {"apiVersion": "v1", "kind": "Binding", "metadata": metadata,
                 "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
         self._call(f"bind pod {namespace}/{name} to node {node}", self.core.create_namespaced_pod_binding,
@@ -294,6 +305,43 @@ class KubeCluster:
             log.warning("ResourceQuota watch has not completed its initial list after %.0f s; continuing in the "
                         "background", self.sync_timeout_s)
 
+    def _reflector(self, kind: str) -> _Reflector | None:
+        return next((r for r in self._reflectors if r.kind == kind and r.synced.is_set()), None)
+
+    def cached_node(self, name: str) -> dict[str, Any] | None:
+        """The Node as this client's watch last saw it (``None``: not watched, or unknown). Read-only: a write
+        based on it must be a compare-and-swap (its ``resourceVersion`` may be behind the server's)."""
+        r = self._reflector("Node")
+        return r.known.get(("", name)) if r is not None else None
+
+    def cached_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The Pod as this client's watch last saw it (``None``: not watched, or unknown). Read-only."""
+        r = self._reflector("Pod")
+        return r.known.get((namespace, name)) if r is not None else None
+
+    def bound_pods(self, node: str, through: str, timeout_s: float = 0.02) -> list[dict[str, Any]] | None:
+        """The pods bound to ``node`` as this client's Pod watch has them, once that view includes every change up
+        to resourceVersion ``through`` (waiting up to ``timeout_s`` for it); ``None`` when it does not by then (or
+        nothing watches pods), and the caller must read the server. Under load pod events arrive every few
+        milliseconds and the view passes ``through`` at once; in a quiet cluster no event may come, and the short
+        wait then costs a bind 20 ms before it reads the server.
+
+        This relies on etcd's resourceVersions being one increasing revision counter across all resources, which
+        kube-apiserver's etcd3 storage guarantees (its consistent reads from the watch cache rely on the same).
+        Read-only objects."""
+        r = self._reflector("Pod")
+        try:
+            wanted = int(through)
+        except ValueError:
+            return None
+        if r is None:
+            return None
+        with r.advanced:
+            if not r.advanced.wait_for(lambda: r.seen_rv >= wanted, timeout=timeout_s):
+                return None
+            keys = list(r.by_node.get(node, ()))
+        return [obj for obj in (r.known.get(k) for k in keys) if obj is not None]
+
     def has_synced(self) -> bool:
         """Whether every started watch has delivered its initial list."""
         return all(r.synced.is_set() for r in self._reflectors)
@@ -310,6 +358,11 @@ class KubeCluster:
         self._reflectors.clear()
 
 
+def _copy(obj: dict[str, Any]) -> dict[str, Any]:
+    """A deep copy of decoded JSON (marshal round trip: several times faster than ``copy.deepcopy``)."""
+    return marshal.loads(marshal.dumps(obj))  # type: ignore[no-any-return]
+
+
 class _Reflector(threading.Thread):
     """LIST then WATCH one resource, keeping a handler's view in step with the server's."""
 
@@ -318,9 +371,55 @@ class _Reflector(threading.Thread):
         self.cluster, self.kind, self.handler = cluster, kind, handler
         self.synced = threading.Event()
         self.known: dict[tuple[str, str], dict[str, Any]] = {}
+        #: Pods only: spec.nodeName -> keys of the known pods bound there
+        self.by_node: dict[str, set[tuple[str, str]]] = {}
         self.lists = 0  # how many LISTs were made (tests, metrics)
+        self.progress = ""  # the resourceVersion of the last event delivered from the current watch
+        #: the highest resourceVersion this view is known to include (a LIST, an event or a bookmark), as etcd's
+        #: revision number; :meth:`KubeCluster.bound_pods` waits on ``advanced`` for it
+        self.seen_rv = 0
+        self.advanced = threading.Condition()
         self._resp: Any = None
         self._resp_lock = threading.Lock()
+
+    def _put(self, key: tuple[str, str], obj: dict[str, Any]) -> dict[str, Any] | None:
+        with self.advanced:  # readers in other threads copy the index under the same lock
+            return self._put_locked(key, obj)
+
+    def _put_locked(self, key: tuple[str, str], obj: dict[str, Any]) -> dict[str, Any] | None:
+        old = self.known.get(key)
+        self.known[key] = obj
+        if self.kind == "Pod":
+            before = ((old or {}).get("spec") or {}).get("nodeName")
+            after = (obj.get("spec") or {}).get("nodeName")
+            if before != after:
+                if before:
+                    self.by_node.get(before, set()).discard(key)
+                if after:
+                    self.by_node.setdefault(after, set()).add(key)
+        return old
+
+    def _pop(self, key: tuple[str, str]) -> dict[str, Any] | None:
+        with self.advanced:
+            return self._pop_locked(key)
+
+    def _pop_locked(self, key: tuple[str, str]) -> dict[str, Any] | None:
+        old = self.known.pop(key, None)
+        if old is not None and self.kind == "Pod":
+            node = (old.get("spec") or {}).get("nodeName")
+            if node:
+                self.by_node.get(node, set()).discard(key)
+        return old
+
+    def _advance(self, rv: str) -> None:
+        try:
+            value = int(rv)
+        except ValueError:
+            return
+        with self.advanced:
+            if value > self.seen_rv:
+                self.seen_rv = value
+                self.advanced.notify_all()
 
     @staticmethod
     def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
@@ -345,15 +444,15 @@ class _Reflector(threading.Thread):
         self.lists += 1
         fresh = {self._key(o): o for o in items}
         for key in [k for k in self.known if k not in fresh]:
-            self._deliver("DELETED", self.known.pop(key))
+            self._deliver("DELETED", self._pop(key) or {})
         for key, obj in fresh.items():
-            old = self.known.get(key)
-            self.known[key] = obj
+            old = self._put(key, obj)
             if old is None:
-                self._deliver("ADDED", copy.deepcopy(obj))
+                self._deliver("ADDED", _copy(obj))
             elif resync or (old.get("metadata") or {}).get("resourceVersion") != obj["metadata"].get(
                     "resourceVersion"):
-                self._deliver("MODIFIED", copy.deepcopy(obj))
+                self._deliver("MODIFIED", _copy(obj))
+        self._advance(rv)
         self.synced.set()
         return rv
 
@@ -364,26 +463,52 @@ class _Reflector(threading.Thread):
         while not stop.is_set():
             try:
                 rv = self._relist(resync)
-                backoff = self.cluster.backoff_initial_s
-                resync_at = time.monotonic() + self.cluster.resync_s
-                while not stop.is_set():
-                    left = resync_at - time.monotonic()
-                    if left <= 0:
-                        break
-                    rv, ok = self._watch_once(rv, max(1, min(self.cluster.watch_timeout_s, int(left) + 1)))
-                    if not ok:
-                        break
-                resync = not stop.is_set() and time.monotonic() >= resync_at
-                if not resync and not stop.is_set():
-                    stop.wait(backoff)
-                    backoff = min(self.cluster.backoff_max_s, backoff * 2)
             except Exception as exc:
                 if stop.is_set():
                     break
-                log.warning("%s watch: %s; relisting in %.1f s", self.kind, exc, backoff)
+                log.warning("%s list: %s; relisting in %.1f s", self.kind, exc, backoff)
                 stop.wait(backoff)
                 backoff = min(self.cluster.backoff_max_s, backoff * 2)
                 resync = False
+                continue
+            backoff = self.cluster.backoff_initial_s
+            resync = self._watch_from(rv, time.monotonic() + self.cluster.resync_s)
+
+    def _watch_from(self, rv: str, resync_at: float) -> bool:
+        """WATCH from ``rv`` until a relist is due; returns whether it is the periodic resync (else the watch
+        asked for a relist: 410 Gone, an ERROR event, an error that is not the transport's).
+
+        As client-go's reflector: a stream that breaks, or a watch the server cannot take now (connection refused,
+        5xx, 429), is re-made from the last version seen, with backoff; everything after it still arrives (or the
+        server answers 410 and the reflector relists). Relisting on every broken stream would make each
+        kube-apiserver restart cost every watcher a full LIST of all pods."""
+        stop = self.cluster._stop
+        backoff = self.cluster.backoff_initial_s
+        while not stop.is_set():
+            left = resync_at - time.monotonic()
+            if left <= 0:
+                return True
+            self.progress = rv
+            try:
+                rv, ok = self._watch_once(rv, max(1, min(self.cluster.watch_timeout_s, int(left) + 1)))
+            except TemporaryError as exc:
+                if stop.is_set():
+                    return False
+                rv = self.progress  # what the broken stream delivered is not delivered again
+                log.warning("%s watch: %s; watching again from resourceVersion %s in %.1f s", self.kind, exc, rv,
+                            backoff)
+                stop.wait(backoff)
+                backoff = min(self.cluster.backoff_max_s, backoff * 2)
+                continue
+            except Exception as exc:
+                if not stop.is_set():
+                    log.warning("%s watch: %s; relisting in %.1f s", self.kind, exc, backoff)
+                    stop.wait(backoff)
+                return False
+            if not ok:
+                return False
+            backoff = self.cluster.backoff_initial_s
+        return False
 
     def _watch_once(self, rv: str, timeout_s: int) -> tuple[str, bool]:
         """One WATCH request from ``rv``. Returns the last version seen and whether to go on watching (a clean
@@ -411,26 +536,40 @@ class _Reflector(threading.Thread):
         if cluster._stop.is_set():  # close() may have run before the response was published
             _abort_response(resp)
         try:
-            buffer = b""
-            for chunk in resp.stream(64 * 1024, decode_content=True):
-                if cluster._stop.is_set():
-                    return rv, False
-                buffer += chunk
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
-                    if line.strip():
-                        rv, ok = self._handle_line(line, rv)
-                        if not ok:
-                            return rv, False
-            if buffer.strip():
-                rv, ok = self._handle_line(buffer, rv)
-                return rv, ok
-            return rv, True
+            return self._read_stream(resp, rv)
+        except (HamiError, ValueError):
+            raise
+        except Exception as exc:  # the stream broke (connection reset, response ended prematurely)
+            if cluster._stop.is_set():
+                return rv, False
+            raise TemporaryError(f"watch {self.kind.lower()}s: stream broken ({type(exc).__name__}: "
+                                 f"{' '.join(str(exc).split())})", delay=0.2) from None
         finally:
             with self._resp_lock:
                 self._resp = None
             with contextlib.suppress(Exception):
                 resp.release_conn()
+
+    def _read_stream(self, resp: Any, rv: str) -> tuple[str, bool]:
+        """Deliver the events of one watch response; :attr:`progress` follows the last version delivered."""
+        stop = self.cluster._stop
+        buffer = b""
+        for chunk in resp.stream(64 * 1024, decode_content=True):
+            if stop.is_set():
+                return rv, False
+            buffer += chunk
+            while b"\n" in buffer:
+                line, buffer = buffer.split(b"\n", 1)
+                if line.strip():
+                    rv, ok = self._handle_line(line, rv)
+                    self.progress = rv
+                    if not ok:
+                        return rv, False
+        if buffer.strip():
+            rv, ok = self._handle_line(buffer, rv)
+            self.progress = rv
+            return rv, ok
+        return rv, True
 
     def _handle_line(self, line: bytes, rv: str) -> tuple[str, bool]:
         event = json.loads(line)
@@ -442,6 +581,7 @@ class _Reflector(threading.Thread):
             return rv, False
         new_rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
         if typ == "BOOKMARK":
+            self._advance(new_rv)
             return new_rv, True
         if typ not in ("ADDED", "MODIFIED", "DELETED"):
             log.warning("%s watch: unknown event type %r ignored", self.kind, typ)
@@ -449,9 +589,9 @@ class _Reflector(threading.Thread):
         obj = KubeCluster._typed(obj, self.kind)
         key = self._key(obj)
         if typ == "DELETED":
-            self.known.pop(key, None)
+            self._pop(key)
         else:
-            typ = "MODIFIED" if key in self.known else "ADDED"
-            self.known[key] = obj
-        self._deliver(typ, copy.deepcopy(obj) if typ != "DELETED" else obj)
+            typ = "MODIFIED" if self._put(key, obj) is not None else "ADDED"
+        self._deliver(typ, _copy(obj) if typ != "DELETED" else obj)
+        self._advance(new_rv)
         return new_rv, True

@@ -230,7 +230,8 @@ class MemoryCluster:
     def patch_pod(self, namespace: str, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
         return self._patch("Pod", self.pods, (namespace, name), patch)
 
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+    def bind(self, namespace: str, name: str, uid: str, node: str,
+             annotations: Mapping[str, str] | None = None) -> None:
         with self._lock:
             pod = self.pods.get((namespace, name))
             if pod is None:
@@ -240,7 +241,10 @@ class MemoryCluster:
             if pod.get("spec", {}).get("nodeName"):
                 raise ConflictError(f"pod {namespace}/{name} is already assigned to node "
                                     f"{pod['spec']['nodeName']}")
-            self._patch("Pod", self.pods, (namespace, name), {"spec": {"nodeName": node}})
+            patch: dict[str, Any] = {"spec": {"nodeName": node}}
+            if annotations:
+                patch["metadata"] = {"annotations": dict(annotations)}
+            self._patch("Pod", self.pods, (namespace, name), patch)
 
     def event(self, obj: Mapping[str, Any], event_type: str, reason: str, message: str) -> None:
         meta = obj.get("metadata") or {}

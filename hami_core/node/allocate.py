@@ -89,7 +89,19 @@ def pod_name(pod: Mapping[str, Any]) -> str:
 
 def find_pending_pod(cluster: Cluster, node_name: str, *, retry: Callable[..., Any] = with_retries) -> dict[str, Any]:
     """The pod being allocated on ``node_name`` (HAMi ``GetPendingPod``); raises :class:`AllocateError`."""
-    lock = annotations(retry(f"get node {node_name}", lambda: cluster.get_node(node_name))).get(keys.NODE_LOCK)
+    return find_pending(cluster, node_name, retry=retry)[0]
+
+
+def find_pending(cluster: Cluster, node_name: str, *,
+                 retry: Callable[..., Any] = with_retries) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the pod being allocated on ``node_name``, the Node as read to find it); raises :class:`AllocateError`."""
+    node = retry(f"get node {node_name}", lambda: cluster.get_node(node_name))
+    return _pending_pod(cluster, node_name, node, retry), node
+
+
+def _pending_pod(cluster: Cluster, node_name: str, node: Mapping[str, Any],
+                 retry: Callable[..., Any]) -> dict[str, Any]:
+    lock = annotations(node).get(keys.NODE_LOCK)
     if lock:
         try:
             value = decode_node_lock(lock, key=keys.NODE_LOCK)
@@ -103,7 +115,8 @@ def find_pending_pod(cluster: Cluster, node_name: str, *, retry: Callable[..., A
                 except NotFoundError:
                     # a stale lock of a deleted pod (the scheduler breaks it on its next bind): look further
                     log.warning("node %s: lock %r names pod %s/%s, which is gone", node_name, lock, ns, name)
-    for pod in retry("list pods", cluster.list_pods):
+    # this node's pods only (HAMi lists every pod of the cluster, from every node's plugin)
+    for pod in retry(f"list pods on node {node_name}", lambda: cluster.pods_on_node(node_name)):
         spec = pod.get("spec") or {}
         annos = annotations(pod)
         if (spec.get("nodeName") == node_name and (pod.get("status") or {}).get("phase") == "Pending"
@@ -138,16 +151,17 @@ class Allocator:
     def allocate(self, requests: Sequence[Sequence[str]]) -> list[ContainerAllocation]:
         """One :class:`ContainerAllocation` per kubelet container request (its device IDs)."""
         with self._mutex:
-            pod = find_pending_pod(self.cluster, self.node_name, retry=self._retry)
+            pod, node = find_pending(self.cluster, self.node_name, retry=self._retry)
             try:
-                return self._allocate(pod, requests)
+                return self._allocate(pod, requests, node)
             except Exception as exc:
                 self._finish(pod, keys.BIND_PHASE_FAILED)
                 if isinstance(exc, AllocateError):
                     raise
                 raise AllocateError(f"allocate for pod {pod_name(pod)} failed: {exc}") from exc
 
-    def _allocate(self, pod: dict[str, Any], requests: Sequence[Sequence[str]]) -> list[ContainerAllocation]:
+    def _allocate(self, pod: dict[str, Any], requests: Sequence[Sequence[str]],
+                  node: Mapping[str, Any] | None = None) -> list[ContainerAllocation]:
         raw = annotations(pod).get(self.annotation)
         if raw is None:
             raise AllocateError(f"pod {pod_name(pod)} has no {self.annotation} annotation")
@@ -161,19 +175,25 @@ class Allocator:
             meta = metadata(pod)
             ns, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
             # The consumed slots are written before kubelet gets its answer: a retried or repeated Allocate after
-            # a crash finds them gone and fails clearly instead of handing the devices out a second time.
+            # a crash finds them gone and fails clearly instead of handing the devices out a second time. The last
+            # container's Allocate writes bind-phase success in the same patch.
+            done = not any(slots)
             patch: dict[str, Any] = {"metadata": {"annotations": {
-                **pod_annotations, self.annotation: encode_pod_single_device(slots)}}}
+                **pod_annotations, self.annotation: encode_pod_single_device(slots),
+                **({keys.BIND_PHASE: keys.BIND_PHASE_SUCCESS} if done else {})}}}
             if pod_annotations and meta.get("resourceVersion"):
                 # The vendor computed these from the pod as read: a compare-and-swap, so a concurrent change of
                 # the same annotations fails the call (and rolls back) instead of being overwritten.
                 patch["metadata"]["resourceVersion"] = meta.get("resourceVersion")
-            self._retry(f"patch pod {ns}/{name}", lambda: self.cluster.patch_pod(ns, name, patch))
+            written = self._retry(f"patch pod {ns}/{name}", lambda: self.cluster.patch_pod(ns, name, patch))
         except Exception:
             _roll_back(results)
             raise
-        if self._all_consumed(pod):
-            self._finish(pod, keys.BIND_PHASE_SUCCESS)
+        if self._all_consumed(written):
+            if not done:  # written by someone else meanwhile (no CAS without vendor annotations): finish it
+                self._set_phase(pod, keys.BIND_PHASE_SUCCESS)
+            self._release(pod, node)
+            log.info("pod %s/%s: %s=%s", ns, name, keys.BIND_PHASE, keys.BIND_PHASE_SUCCESS)
         return results
 
     def _allocate_containers(self, pod: dict[str, Any], slots: list[tuple[ContainerDevice, ...]],
@@ -208,16 +228,13 @@ class Allocator:
         return merged
 
     def _all_consumed(self, pod: Mapping[str, Any]) -> bool:
-        meta = metadata(pod)
-        ns, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
-        fresh = self._retry(f"get pod {ns}/{name}", lambda: self.cluster.get_pod(ns, name))
+        """Whether ``pod`` (as the API server answered the patch) has no device left to allocate."""
         try:
-            return not any(decode_pod_single_device(annotations(fresh).get(self.annotation, ""), key=self.annotation))
+            return not any(decode_pod_single_device(annotations(pod).get(self.annotation, ""), key=self.annotation))
         except WireFormatError:
             return False
 
-    def _finish(self, pod: Mapping[str, Any], phase: str) -> None:
-        """Mark ``bind-phase`` and release the node lock if this pod holds it; errors are logged only."""
+    def _set_phase(self, pod: Mapping[str, Any], phase: str) -> None:
         meta = metadata(pod)
         ns, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
         try:
@@ -225,11 +242,20 @@ class Allocator:
                 ns, name, {"metadata": {"annotations": {keys.BIND_PHASE: phase}}}))
         except Exception as exc:
             log.error("pod %s/%s: cannot set %s=%s: %s", ns, name, keys.BIND_PHASE, phase, exc)
+
+    def _release(self, pod: Mapping[str, Any], node: Mapping[str, Any] | None = None) -> None:
+        """Release the node lock if ``pod`` holds it (``node``: the Node as read by this Allocate, so that the
+        release is one compare-and-swap write); errors are logged only."""
         try:
-            self.node_lock.release(self.node_name, pod, self.lock_spec)
+            self.node_lock.release(self.node_name, pod, self.lock_spec, seen=node)
         except Exception as exc:
-            log.error("node %s: cannot release the lock of pod %s/%s: %s", self.node_name, ns, name, exc)
-        log.info("pod %s/%s: %s=%s", ns, name, keys.BIND_PHASE, phase)
+            log.error("node %s: cannot release the lock of pod %s: %s", self.node_name, pod_name(pod), exc)
+
+    def _finish(self, pod: Mapping[str, Any], phase: str) -> None:
+        """Mark ``bind-phase`` and release the node lock if this pod holds it; errors are logged only."""
+        self._set_phase(pod, phase)
+        self._release(pod)
+        log.info("pod %s: %s=%s", pod_name(pod), keys.BIND_PHASE, phase)
 
     # --------------------------------------------------------------------------- preferred allocation
     def preferred(self, requests: Sequence[PreferredRequest]) -> list[list[str] | None]:

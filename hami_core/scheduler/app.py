@@ -12,6 +12,7 @@ from hami_core.cluster.base import Cluster
 from hami_core.engine.facade import Engine
 from hami_core.scheduler.aioserver import AsyncSchedulerServer
 from hami_core.scheduler.extender import Extender
+from hami_core.scheduler.inflight import DEFAULT_INFLIGHT_LIMIT
 from hami_core.scheduler.metrics import serve_metrics
 from hami_core.scheduler.nodelock import DEFAULT_RETRY_TIMEOUT_S, DEFAULT_TIMEOUT_S, DEFAULT_WAIT_S, WATCHED_POLL_S
 from hami_core.scheduler.server import SchedulerServer
@@ -41,6 +42,10 @@ class Options:
     lock_wait_s: float = DEFAULT_WAIT_S
     #: ``--write-allocation``: ``filter`` (HAMi: filter patches the pod before answering) or ``bind``
     write_allocation: str = "filter"
+    #: ``--node-inflight-limit``: pods between filter and Allocate a node takes before others are preferred
+    inflight_limit: int = DEFAULT_INFLIGHT_LIMIT
+    #: ``--normal-events``: HAMi's FilteringSucceed / BindingSucceed for every pod (Warning events always)
+    normal_events: bool = True
     resync_s: float = DEFAULT_INTERVAL_S
     sync_wait_s: float = 30.0
     #: ``asyncio`` (httptools, the default) or ``threaded`` (``http.server``, one thread per connection).
@@ -76,6 +81,8 @@ class Scheduler:
                                  lock_timeout=self.options.lock_timeout_s,
                                  lock_retry_timeout=self.options.lock_retry_timeout_s,
                                  lock_wait=self.options.lock_wait_s, write_allocation=self.options.write_allocation,
+                                 inflight_limit=self.options.inflight_limit,
+                                 normal_events=self.options.normal_events,
                                  engine_lock=self.lock,
                                  ready=self.sync.wait_synced, sync_wait_s=self.options.sync_wait_s)
         # binds waiting for a locked node wake on its watch events (the poll is only a fallback then), and a

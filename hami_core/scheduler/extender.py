@@ -31,6 +31,7 @@ from hami_core.engine.pods import annotations, metadata, pod_key, pod_ref, pod_s
 from hami_core.plugins.errors import HamiError, TemporaryError
 from hami_core.plugins.types import LockSpec, MigInstance
 from hami_core.scheduler.bound import BoundLedgers
+from hami_core.scheduler.inflight import DEFAULT_INFLIGHT_LIMIT, InFlight
 from hami_core.scheduler.nodelock import DEFAULT_RETRY_TIMEOUT_S, DEFAULT_TIMEOUT_S, LockContention, NodeLocker, retry
 from hami_core.wire import keys
 from hami_core.wire.reasons import parse_reasons
@@ -67,6 +68,8 @@ MAX_DECIDED = 65536
 #: longest gap between filter and bind (Permit waits, then PreBind's volume binding, 600 s by default); a bind
 #: that comes later still is refused and its pod filtered again.
 DECISION_TTL_S = 900.0
+#: Pods kept from their filter for their bind (filtered, not yet bound); past this the oldest bind reads its pod.
+MAX_FILTERED = 8192
 #: Expired decisions a filter checks at most (one pod read each), so that a filter never pays for many.
 EXPIRE_BATCH = 4
 
@@ -114,6 +117,9 @@ class Extender:
     :param engine_lock: the lock around engine access (share it with the sync feed).
     :param ready: ``ready(timeout_s) -> bool`` waits for the first registration pass (§6.1).
     :param sync_wait_s: how long filter waits for ``ready`` before answering ``context cancelled``.
+    :param inflight_limit: ``--node-inflight-limit`` (:mod:`.inflight`; 0 places as HAMi).
+    :param normal_events: ``--normal-events``: post the Normal events HAMi posts for every pod (warnings are always
+        posted).
     """
 
     def __init__(self, engine: Engine, cluster: Cluster, *, scheduler_name: str = keys.DEFAULT_SCHEDULER_NAME,
@@ -121,7 +127,8 @@ class Extender:
                  engine_lock: threading.RLock | None = None, ready: Callable[[float], bool] | None = None,
                  sync_wait_s: float = 30.0, clock: Callable[[], float] | None = None,
                  sleep: Callable[[float], None] | None = None, lock_wait: float = 0.0,
-                 write_allocation: str = "filter") -> None:
+                 write_allocation: str = "filter", inflight_limit: int = DEFAULT_INFLIGHT_LIMIT,
+                 normal_events: bool = True) -> None:
         if write_allocation not in WRITE_ALLOCATION:
             raise ValueError(f"unknown allocation write {write_allocation!r}: choose one of "
                              f"{', '.join(WRITE_ALLOCATION)}")
@@ -142,6 +149,12 @@ class Extender:
         self.decided: OrderedDict[tuple[str, str], Unwritten] | None = (
             OrderedDict() if write_allocation == "bind" else None)
         self.decision_ttl_s = DECISION_TTL_S
+        #: ``--normal-events``: post HAMi's FilteringSucceed / BindingSucceed (two writes a pod); warnings always
+        self.normal_events = normal_events
+        #: pod (namespace, name) → the pod as the filter's patch answered it, for the bind that follows
+        self._filtered: OrderedDict[tuple[str, str], Mapping[str, Any]] = OrderedDict()
+        #: pods between filter and Allocate per node (``--node-inflight-limit``; :mod:`.inflight`)
+        self.inflight = InFlight(inflight_limit, self.clock)
 
     # ------------------------------------------------------------------------------------ filter
     def filter(self, args: Mapping[str, Any]) -> dict[str, Any]:
@@ -174,9 +187,18 @@ class Extender:
 
         with self.lock:
             self.engine.unreserve(pod)  # re-filtered: its earlier reservation no longer counts (§6.1 step 4)
-            decision = self.engine.schedule(pod, names, limit=1, requests=requests)
+            decision = None
+            busy = self.inflight.busy(pod)
+            if busy and any(n in busy for n in names):
+                idle = [n for n in names if n not in busy]
+                if idle:  # the policy's best among nodes that can take a pod now; else the busy ones too
+                    first = self.engine.schedule(pod, idle, limit=1, requests=requests)
+                    decision = first if first.ok else None
+            if decision is None:
+                decision = self.engine.schedule(pod, names, limit=1, requests=requests)
             if decision.ok:
                 self.engine.reserve(pod, decision)
+                self.inflight.add(pod, decision.node or "")
                 if self.decided is not None:  # bind writes it
                     key = _key(pod)
                     self.decided[key] = Unwritten(decision.node or "", dict(decision.annotations),
@@ -196,7 +218,9 @@ class Extender:
             patch = {"metadata": {"annotations": dict(decision.annotations), "labels": {keys.VGPU_NODE: node}}}
             namespace, name = _key(pod)
             try:
-                self._write(f"patch pod {namespace}/{name}", lambda: self.cluster.patch_pod(namespace, name, patch))
+                patched = self._write(f"patch pod {namespace}/{name}",
+                                      lambda: self.cluster.patch_pod(namespace, name, patch))
+                self._remember(namespace, name, patched)
             except Exception as exc:
                 if not self._reconcile_filtered(pod, decision.annotations):
                     text = f"failed to patch pod {pod_ref(pod)}: {exc}"
@@ -297,7 +321,7 @@ class Extender:
         uid = uid if isinstance(uid, str) else ""
         stub = {"metadata": {"name": name, "namespace": namespace, "uid": uid}}
         try:
-            pod = self.cluster.get_pod(namespace, name)
+            pod, from_filter = self._pod_to_bind(namespace, name, uid)
         except Exception as exc:
             with self.lock:
                 self.engine.unreserve(stub)
@@ -311,7 +335,7 @@ class Extender:
                 self._event(pod, WARNING, BINDING_FAILED, text)
                 return {"Error": text}
         try:
-            node_obj = self.cluster.get_node(node)
+            node_obj, node_fresh = self._node_to_bind(node)
         except Exception as exc:
             with self.lock:
                 self.engine.unreserve(pod)
@@ -325,22 +349,36 @@ class Extender:
             seen: Mapping[str, Any] | None = node_obj
             for spec in specs:
                 try:
-                    seen = self.locker.acquire(node, pod, spec, seen)
-                except Exception:
+                    seen = self.locker.acquire(node, pod, spec, seen, seen_fresh=node_fresh)
+                    node_fresh = True
+                except Exception as exc:
                     for done in reversed(held):
                         self._release_quietly(node, pod, done)
                     held.clear()
+                    if isinstance(exc, NotFoundError) and not node_fresh:  # the watch had not seen it go yet
+                        with self.lock:
+                            self.engine.unreserve(pod)
+                        self._event(pod, WARNING, BINDING_FAILED, f"failed to get node {node}")
+                        return {"Error": str(exc)}
                     raise
                 if spec not in held:
                     held.append(spec)
-            self._verify_fits(pod, node, node_obj)
-            patch: dict[str, Any] = {"metadata": {"annotations": {
-                **allocation, keys.BIND_PHASE: keys.BIND_PHASE_ALLOCATING,
-                keys.BIND_TIME: encode_unix_seconds(self.clock())}}}
-            if allocation:  # --write-allocation bind: the decision is written here, with the bind phase
-                patch["metadata"]["labels"] = {keys.VGPU_NODE: node}
-            bound = self._write(f"patch pod {namespace}/{name}", lambda: self.cluster.patch_pod(namespace, name, patch))
-            self._bind(namespace, name, uid or str(metadata(pod).get("uid") or ""), node)
+            pod = self._verify_fits(pod, node, seen or node_obj, fresh=not from_filter)
+            phase = {keys.BIND_PHASE: keys.BIND_PHASE_ALLOCATING, keys.BIND_TIME: encode_unix_seconds(self.clock())}
+            uid = uid or str(metadata(pod).get("uid") or "")
+            if allocation:  # --write-allocation bind: the decision is written here, with the bind phase and label
+                patch: dict[str, Any] = {"metadata": {"annotations": {**allocation, **phase},
+                                                      "labels": {keys.VGPU_NODE: node}}}
+                bound = self._write(f"patch pod {namespace}/{name}",
+                                    lambda: self.cluster.patch_pod(namespace, name, patch))
+                self._bind(namespace, name, uid, node)
+            else:
+                # the bind phase rides on the Binding: kube-apiserver merges its annotations into the pod in the
+                # same write, so kubelet never sees the pod bound without it, and a bind costs one write, not two
+                self._bind(namespace, name, uid, node, phase)
+                meta = dict(metadata(pod))
+                meta["annotations"] = {**(meta.get("annotations") or {}), **phase}
+                bound = {**pod, "metadata": meta, "spec": {**(pod.get("spec") or {}), "nodeName": node}}
         except Exception as exc:
             for spec in held:
                 self._release_quietly(node, pod, spec)
@@ -364,6 +402,7 @@ class Extender:
         """A Pod watch event (``Sync.pod_listeners``): a deleted pod's unwritten decision goes. Its reservation
         goes with the pod's removal from the ledger; a pod of the same name created since keeps its own decision
         (the UIDs differ), should the old pod's deletion be heard after the new pod was filtered."""
+        self.inflight.on_pod_event(event, pod)
         if event != "DELETED" or self.decided is None:
             return
         key, uid = _key(pod), str(metadata(pod).get("uid") or "")
@@ -462,13 +501,46 @@ class Extender:
         meta["annotations"] = {**(meta.get("annotations") or {}), **allocation}
         return {**pod, "metadata": meta}, allocation, ""
 
-    def _bind(self, namespace: str, name: str, uid: str, node: str) -> None:
-        """Create the Binding; an error after which the pod turns out bound to ``node`` (a lost response, or a
-        retry of one) is success. Transient errors are retried; anything else is raised."""
+    def _remember(self, namespace: str, name: str, pod: Mapping[str, Any]) -> None:
+        """Keep the pod as the filter's patch left it, for its bind (most recent :data:`MAX_FILTERED`)."""
+        with self.lock:
+            self._filtered[(namespace, name)] = pod
+            self._filtered.move_to_end((namespace, name))
+            while len(self._filtered) > MAX_FILTERED:
+                self._filtered.popitem(last=False)
+
+    def _pod_to_bind(self, namespace: str, name: str, uid: str) -> tuple[Mapping[str, Any], bool]:
+        """(the pod, whether it is the filter's copy): as this replica's filter patch answered it (kube-scheduler
+        binds what it filtered a moment ago; :meth:`_verify_fits` takes it again as of the lock's write), else
+        read from the API server. ``--write-allocation bind`` always reads it: that bind needs another replica's
+        allocation, if any."""
+        with self.lock:
+            cached = self._filtered.pop((namespace, name), None)
+        if cached is not None and self.decided is None and (
+                not uid or str(metadata(cached).get("uid") or "") == uid):
+            return cached, True
+        return self.cluster.get_pod(namespace, name), False
+
+    def _node_to_bind(self, node: str) -> tuple[Mapping[str, Any], bool]:
+        """(the Node, whether it was read now): as the Node watch has it (the lock is a compare-and-swap on its
+        resourceVersion, and a lock the copy shows is judged afresh: a stale copy costs a re-read, never a wrong
+        lock), else read from the API server."""
+        cached = getattr(self.cluster, "cached_node", None)
+        obj = cached(node) if cached is not None else None
+        return (obj, False) if obj is not None else (self.cluster.get_node(node), True)
+
+    def _bind(self, namespace: str, name: str, uid: str, node: str,
+              annotations_: Mapping[str, str] | None = None) -> None:
+        """Create the Binding (with ``annotations_``, merged into the pod by the API server); an error after
+        which the pod turns out bound to ``node`` (a lost response, or a retry of one) is success. Transient
+        errors are retried; anything else is raised."""
 
         def step() -> None:
             try:
-                self.cluster.bind(namespace, name, uid, node)
+                if annotations_:
+                    self.cluster.bind(namespace, name, uid, node, annotations_)
+                else:
+                    self.cluster.bind(namespace, name, uid, node)
                 return
             except Exception as exc:
                 error = exc
@@ -486,25 +558,41 @@ class Extender:
 
         self._write(f"bind pod {namespace}/{name} to node {node}", step)
 
-    def _verify_fits(self, pod: Mapping[str, Any], node: str, node_obj: Mapping[str, Any]) -> None:
+    def _verify_fits(self, pod: Mapping[str, Any], node: str, node_obj: Mapping[str, Any],
+                     fresh: bool = True) -> Mapping[str, Any]:
         """Under the node lock: the pod's allocation must fit next to the pods already bound to ``node``.
+        Returns the pod as checked.
 
-        The pods are read fresh from the API server (not the watch cache), so a pod another replica bound a
-        moment ago counts even if this replica's ledger has not heard of it yet. Pods without a HAMi
-        allocation for ``node`` are bound as HAMi binds them (nothing to check). Pods found are also fed to
-        this replica's ledger so that its next decision knows them.
+        The pods bound there are taken as they were when the lock was written, so a pod another replica bound a
+        moment ago counts even if this replica's ledger has not heard of it yet: from the Pod watch once its view
+        includes every change up to the lock's write (a pod another replica bound here did so under its lock,
+        released before ours was written), else read from the API server. Under ``--write-allocation filter`` the
+        pod itself is taken the same way (``fresh``: it was just read), so the allocation checked is the one the
+        API server holds, whichever replica filtered it last. Pods without a HAMi allocation for ``node`` are
+        bound as HAMi binds them (nothing to check). Pods found are also fed to this replica's ledger so that its
+        next decision knows them.
         """
+        meta = metadata(pod)
+        namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
+        cached = getattr(self.cluster, "bound_pods", None)
+        listed = cached(node, str(metadata(node_obj).get("resourceVersion") or "")) if cached is not None else None
+        if self.decided is None:
+            view = self.cluster.cached_pod(namespace, name) if listed is not None else None  # type: ignore[attr-defined]
+            if view is not None:
+                pod = view
+            elif not fresh:
+                pod = self.cluster.get_pod(namespace, name)
         if annotations(pod).get(keys.VGPU_NODE) is None:
-            return
+            return pod
         with self.lock:
             if self.engine.requests(pod).empty:
-                return
+                return pod
         chosen = annotations(pod).get(keys.VGPU_NODE)
         if chosen != node:
             raise Overcommit(f"pod {pod_ref(pod)} was filtered onto node {chosen}, not {node}; it must be filtered "
                              "again")
         key = pod_key(pod)
-        others = [p for p in self.cluster.pods_on_node(node)
+        others = [p for p in (listed if listed is not None else self.cluster.pods_on_node(node))
                   if pod_key(p) != key and annotations(p).get(keys.VGPU_NODE) == node]
         with self.lock:  # let this replica's ledger catch up with what is bound there
             for other in others:
@@ -512,7 +600,7 @@ class Extender:
         with self.bound.bound(node, node_obj, others) as scratch:
             state = scratch.nodes.get(node)
             if state is None:
-                return
+                return pod
             if state.quarantine:
                 raise Overcommit(f"node {node} is quarantined: {'; '.join(sorted(state.quarantine.values()))}")
             before = {d.id: (d.used, d.usedmem, d.usedcores) for d in state.by_uuid.values()}
@@ -523,6 +611,7 @@ class Extender:
                 self._check_mig(pod, node, state, mig_before)
             finally:
                 scratch.remove_pod(pod)  # the mirror holds bound pods only
+        return pod
 
     @staticmethod
     def _check_growth(pod: Mapping[str, Any], node: str, state: Any, before: Mapping[str, tuple[int, int, int]],
@@ -580,6 +669,8 @@ class Extender:
             log.warning("node %s: cannot release %s: %s", node, spec.annotation, exc)
 
     def _event(self, pod: Mapping[str, Any], event_type: str, reason: str, message: str) -> None:
+        if event_type == NORMAL and not self.normal_events:
+            return
         try:
             self.cluster.event(pod, event_type, reason, message)
         except Exception as exc:  # events are best effort

@@ -144,20 +144,22 @@ class NodeLocker:
 
     # ------------------------------------------------------------------------------------ public
     def acquire(self, node: str, pod: Mapping[str, Any], spec: LockSpec,
-                seen: Mapping[str, Any] | None = None) -> Mapping[str, Any] | None:
+                seen: Mapping[str, Any] | None = None, *, seen_fresh: bool = True) -> Mapping[str, Any] | None:
         """Take ``spec``'s lock on ``node`` for ``pod``; raises :class:`LockContention` or another error.
 
         ``seen`` is the Node as the caller just read it: the first attempt decides from it instead of reading
         the node again (the lock write is a compare-and-swap on its resourceVersion, so a stale ``seen`` costs a
-        conflict and a fresh read, never a wrong lock). Returns the Node as last read or written (for the next
-        lock on the same node), or None when that is unknown.
+        conflict and a fresh read, never a wrong lock). ``seen_fresh=False`` (a watch cache's copy): ``seen`` may
+        only decide to write the lock; a lock it shows, ours or another's, is judged from a fresh read, since a
+        stale copy can show this pod's own lock after it was released and taken by another. Returns the Node as
+        last read or written (for the next lock on the same node), or None when that is unknown.
 
         While another pod holds the lock, a PodGroup member waits up to ``retry_timeout_s`` and any other pod up
         to ``wait_s``, queued behind the binds already waiting for ``node`` (see the module's docstring).
         """
         budget = self.retry_timeout_s if is_pod_group_member(pod) and self.retry_timeout_s > 0 else self.wait_s
         if budget <= 0:
-            return self._acquire_once(node, pod, spec, seen)
+            return self._acquire_once(node, pod, spec, seen, seen_fresh)
         ticket = object()
         queued = False  # behind others, or found the lock held: this bind waited
         key = (node, spec.annotation)
@@ -185,7 +187,8 @@ class NodeLocker:
                 with self._queue_guard:
                     version = queue.version
                 try:
-                    obj = self._acquire_once(node, pod, spec, seen)
+                    obj = self._acquire_once(node, pod, spec, seen, seen_fresh)
+                    seen_fresh = True
                 except LockContention:
                     seen, queued = None, True
                     with self._queue_guard:
@@ -236,10 +239,13 @@ class NodeLocker:
         with self._queue_guard:
             return sum(len(q.tickets) for (name, _), q in self._queues.items() if node is None or name == node)
 
-    def release(self, node: str, pod: Mapping[str, Any], spec: LockSpec, *, force: bool = False) -> None:
-        """Remove the lock if ``pod`` holds it (or anyone, with ``force``; owner-less locks always)."""
+    def release(self, node: str, pod: Mapping[str, Any], spec: LockSpec, *, force: bool = False,
+                seen: Mapping[str, Any] | None = None) -> None:
+        """Remove the lock if ``pod`` holds it (or anyone, with ``force``; owner-less locks always). ``seen``: the
+        Node as read a moment ago (the removal is a compare-and-swap on its resourceVersion; a Node changed since
+        is read again), so that a release costs one write and no read."""
         namespace, name = _owner(pod)
-        obj = self.cluster.get_node(node)
+        obj = seen if seen is not None else self.cluster.get_node(node)
         value = annotations(obj).get(spec.annotation)
         if not value:
             return
@@ -247,8 +253,13 @@ class NodeLocker:
             log.debug("node %s: lock %s is %r, not ours (%s/%s); left alone", node, spec.annotation, value,
                       namespace, name)
             return
+        first: list[Mapping[str, Any]] = [obj]
+
+        def step() -> None:
+            self._release_step(node, spec, value, first.pop() if first else None)
+
         with self._mutex(node):
-            self._retry(f"release lock on node {node}", lambda: self._release_step(node, spec, value))
+            self._retry(f"release lock on node {node}", step)
 
     # ------------------------------------------------------------------------------------ waiting
     def _now(self) -> float:
@@ -286,12 +297,14 @@ class NodeLocker:
                               "node lock contention")
 
     def _acquire_once(self, node: str, pod: Mapping[str, Any], spec: LockSpec,
-                      seen: Mapping[str, Any] | None = None) -> Mapping[str, Any] | None:
+                      seen: Mapping[str, Any] | None = None, seen_fresh: bool = True) -> Mapping[str, Any] | None:
         namespace, name = _owner(pod)
         obj = seen if seen is not None else self.cluster.get_node(node)
         value = annotations(obj).get(spec.annotation)
         if not value:
             return self._set(node, pod, spec, obj)
+        if seen is not None and not seen_fresh:
+            return self._acquire_once(node, pod, spec)  # a lock shown by a cached copy is judged from a fresh read
         try:
             lock = decode_node_lock(value, key=spec.annotation)
         except WireFormatError as exc:
@@ -361,12 +374,20 @@ class NodeLocker:
         with self._mutex(node):
             self._retry(f"break lock on node {node}", lambda: self._release_step(node, spec, seen))
 
-    def _release_step(self, node: str, spec: LockSpec, seen: str) -> None:
-        obj = self.cluster.get_node(node)
+    def _release_step(self, node: str, spec: LockSpec, seen: str, obj: Mapping[str, Any] | None = None) -> None:
+        """Remove the lock while it is ``seen``, by CAS on ``obj`` (the Node just read; ``None``: read it now)."""
+        cached = obj is not None
+        if obj is None:
+            obj = self.cluster.get_node(node)
         if annotations(obj).get(spec.annotation) != seen:
             return  # vanished or changed: nothing of ours to remove
-        self.cluster.patch_node(node, {"metadata": {
-            "annotations": {spec.annotation: None}, "resourceVersion": metadata(obj).get("resourceVersion")}})
+        try:
+            self.cluster.patch_node(node, {"metadata": {
+                "annotations": {spec.annotation: None}, "resourceVersion": metadata(obj).get("resourceVersion")}})
+        except ConflictError:
+            if not cached:
+                raise
+            self._release_step(node, spec, seen)  # the Node changed since it was read: decide again, fresh
 
     def _retry(self, what: str, step: Callable[[], None]) -> None:
         retry(what, step, attempts=self.attempts, backoff_s=self.backoff_s, sleep=self.sleep)

@@ -367,6 +367,10 @@ class FakeApiServer:
                 raise ApiError(status(409, "Conflict", f'Operation cannot be fulfilled on pods/binding "{name}": '
                                       f"pod {name} is already assigned to node \"{pod['spec']['nodeName']}\""))
             pod.setdefault("spec", {})["nodeName"] = target
+            # as kube-apiserver's BindingREST: the Binding's annotations are merged into the pod's
+            extra = (binding.get("metadata") or {}).get("annotations") or {}
+            if extra:
+                pod.setdefault("metadata", {}).setdefault("annotations", {}).update(extra)
 
         self.update("pods", ns, name, assign, None)
 

@@ -196,12 +196,13 @@ def _churn(server: FakeApiServer) -> None:
     server.delete("pods", "default", "p2")
 
 
-def test_broken_watch_relists_without_loss_or_duplicates(server: FakeApiServer, kc: KubeCluster) -> None:
+def test_broken_watch_rewatches_without_loss_or_duplicates(server: FakeApiServer, kc: KubeCluster) -> None:
     for name in ("p1", "p2"):
         server.create("pods", "default", pod(name))
     nodes, pods = View(), View()
     kc.watch(nodes, pods)
     assert server.wait_watches(2)
+    lists = sum(r.lists for r in kc._reflectors)
     server.break_watches()
     _churn(server)
     pods.wait_equal(server, "pods")
@@ -210,6 +211,9 @@ def test_broken_watch_relists_without_loss_or_duplicates(server: FakeApiServer, 
     added = [k for t, k in pods.events if t == "ADDED"]
     assert sorted(added) == [("default", "new"), ("default", "p1"), ("default", "p2")]  # no duplicate ADDED
     assert ("DELETED", ("default", "p2")) in pods.events
+    # watched again from the last version delivered, as client-go does: no relist (a kube-apiserver restart would
+    # otherwise cost a LIST of every pod)
+    assert sum(r.lists for r in kc._reflectors) == lists
 
 
 def test_missed_events_and_in_stream_410_relist(server: FakeApiServer, kc: KubeCluster) -> None:
@@ -306,3 +310,36 @@ def test_rate_limit_applies_to_calls(server: FakeApiServer, api_client: Any) -> 
         kc.get_node("n1")
     elapsed = time.monotonic() - t0
     assert 0.45 <= elapsed < 1.5  # 10 calls beyond the burst at 20/s
+
+
+def test_binding_carries_annotations_into_the_pod(server: FakeApiServer, kc: KubeCluster) -> None:
+    """As kube-apiserver's BindingREST (tests/e2e checks the real one): the Binding's annotations are merged into the
+    pod in the same write."""
+    created = server.create("pods", "default", pod("p"))
+    kc.bind("default", "p", created["metadata"]["uid"], "n1", {"hami.io/bind-phase": "allocating"})
+    stored = server.get("pods", "default", "p")
+    assert stored["spec"]["nodeName"] == "n1" and stored["metadata"]["annotations"] == {
+        "hami.io/bind-phase": "allocating"}
+
+
+def test_watch_caches_nodes_and_bound_pods_once_caught_up(server: FakeApiServer, kc: KubeCluster) -> None:
+    server.create("nodes", "", node("n1", a="1"))
+    server.create("pods", "default", pod("on", node_name="n1"))
+    server.create("pods", "default", pod("off"))
+    kc.watch(View(), View())
+    assert kc.cached_node("n1")["metadata"]["annotations"] == {"a": "1"} and kc.cached_node("nope") is None
+    assert kc.cached_pod("default", "off")["metadata"]["name"] == "off"
+    written = server.patch("nodes", "", "n1", {"metadata": {"annotations": {"lock": "x"}}})
+    rv = written["metadata"]["resourceVersion"]
+    # a quiet cluster: no pod event after the node's write, so the view cannot be shown to include it
+    assert kc.bound_pods("n1", rv, timeout_s=0.2) is None
+    server.patch("pods", "default", "off", {"metadata": {"labels": {"x": "1"}}})  # any pod event will do
+    bound = kc.bound_pods("n1", rv, timeout_s=5)  # waits for the Pod watch to pass the node's write
+    assert bound is not None and [p["metadata"]["name"] for p in bound] == ["on"]
+    later = server.patch("nodes", "", "n1", {"metadata": {"annotations": {"lock": "y"}}})
+    server.bind("default", "off", {"target": {"name": "n1"}})
+    bound = kc.bound_pods("n1", later["metadata"]["resourceVersion"], timeout_s=5)
+    assert bound is not None and sorted(p["metadata"]["name"] for p in bound) == ["off", "on"]
+    # a view that cannot be shown to include a version answers None: the caller reads the server
+    assert kc.bound_pods("n1", str(int(later["metadata"]["resourceVersion"]) + 1000), timeout_s=0.1) is None
+    assert kc.bound_pods("n1", "not-a-number") is None

@@ -231,3 +231,56 @@ def test_physical_device_id() -> None:
     assert physical_device_id(f"{GPU_A}::3") == GPU_A
     assert physical_device_id(GPU_A) == GPU_A
     assert physical_device_id("MIG-abc-1") == "MIG-abc-1"
+
+
+def test_one_allocate_costs_two_reads_and_two_writes(cluster) -> None:
+    """Allocate reads the node (its lock) and the pod, then writes the pod once (slot popped and, for its last
+    container, bind-phase success) and the node once (the lock released by compare-and-swap on the node it read);
+    it made seven calls before the real control plane's benchmark counted them."""
+    from hami_core.node.allocate import Allocator
+
+    calls: list[str] = []
+
+    class Counting(MemoryCluster):
+        def get_node(self, name):
+            calls.append("get node")
+            return super().get_node(name)
+
+        def get_pod(self, namespace, name):
+            calls.append("get pod")
+            return super().get_pod(namespace, name)
+
+        def patch_pod(self, namespace, name, patch):
+            calls.append("patch pod")
+            return super().patch_pod(namespace, name, patch)
+
+        def patch_node(self, name, patch):
+            calls.append("patch node")
+            return super().patch_node(name, patch)
+
+        def list_pods(self):
+            calls.append("list pods")
+            return super().list_pods()
+
+    counting = Counting(nodes=[cluster.get_node(NODE)], pods=[cluster.get_pod("default", "p1")])
+    vendor = AcmeVendor()
+    allocator = Allocator(counting, NODE, BACKEND,
+                          lambda pod, i, devices: vendor.hami_allocate(BACKEND, pod, i, devices))
+    [result] = allocator.allocate([[f"{GPU_A}-0"]])
+    assert result.env["ACME_VISIBLE"] == GPU_A
+    assert calls == ["get node", "get pod", "patch pod", "patch node"]
+    stored = counting.get_pod("default", "p1")["metadata"]["annotations"]
+    assert stored[keys.BIND_PHASE] == keys.BIND_PHASE_SUCCESS
+    assert keys.NODE_LOCK not in counting.get_node(NODE)["metadata"]["annotations"]
+
+
+def test_pending_pod_fallback_lists_this_nodes_pods_only(cluster) -> None:
+    from hami_core.node.allocate import find_pending_pod
+
+    cluster.patch_node(NODE, {"metadata": {"annotations": {keys.NODE_LOCK: None}}})
+    listed: list[str] = []
+    cluster.list_pods = lambda: listed.append("all") or []  # type: ignore[method-assign]
+    original = cluster.pods_on_node
+    cluster.pods_on_node = lambda node: listed.append(node) or original(node)  # type: ignore[method-assign]
+    assert find_pending_pod(cluster, NODE)["metadata"]["name"] == "p1"
+    assert listed == [NODE]

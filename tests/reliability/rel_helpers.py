@@ -96,8 +96,8 @@ class ReplicaView:
     def patch_node(self, name: str, patch: Any) -> dict[str, Any]:
         return self._write(self.store.patch_node, name, patch)
 
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
-        return self._write(self.store.bind, namespace, name, uid, node)
+    def bind(self, namespace: str, name: str, uid: str, node: str, annotations: Any = None) -> None:
+        return self._write(self.store.bind, namespace, name, uid, node, annotations)
 
     def watch(self, on_node: Any, on_pod: Any) -> None:
         if self._queue is not None:

@@ -33,10 +33,10 @@ class SlowBindCluster(MemoryCluster):
         self.entered = threading.Event()
         self.go = threading.Event()
 
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+    def bind(self, namespace: str, name: str, uid: str, node: str, annotations: Any = None) -> None:
         self.entered.set()
         assert self.go.wait(WAIT_S)
-        super().bind(namespace, name, uid, node)
+        super().bind(namespace, name, uid, node, annotations)
 
 
 @pytest.fixture(params=HTTP_SERVERS)

@@ -31,10 +31,10 @@ class Counting(MemoryCluster):
         self.pod_patches.append(patch)
         return super().patch_pod(namespace, name, patch)
 
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+    def bind(self, namespace: str, name: str, uid: str, node: str, annotations: Any = None) -> None:
         if self.refuse_binding:
             raise PermissionError("pods/binding is forbidden")
-        super().bind(namespace, name, uid, node)
+        super().bind(namespace, name, uid, node, annotations)
 
 
 @pytest.fixture

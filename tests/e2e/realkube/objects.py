@@ -118,13 +118,15 @@ class KubeletSim:
     """
 
     def __init__(self, watch_cluster: Any, device_cluster: Any, nodes: Iterable[str], *, run_pods: bool = True,
-                 confirm_deletions: bool = True, allocate: bool = True, workers: int = 16) -> None:
+                 confirm_deletions: bool = True, allocate: bool = True, workers: int = 16,
+                 prefix: str | None = None) -> None:
         from hami_core.engine.config import load_config
         from hami_core.node.allocate import Allocator
         from hami_core.plugins.manager import get_plugin_manager
 
         self.watch_cluster, self.device_cluster = watch_cluster, device_cluster
         self.nodes = set(nodes)
+        self.prefix = prefix  # also every node whose name starts with it
         self.run_pods, self.confirm_deletions, self.do_allocate = run_pods, confirm_deletions, allocate
         pm = get_plugin_manager()
         backend = next(b for b in pm.backends(load_config({"nvidia": {}}).devices) if b.vendor == "nvidia")
@@ -168,7 +170,7 @@ class KubeletSim:
     def _on_pod(self, event: str, pod: dict[str, Any]) -> None:
         meta = metadata(pod)
         node = (pod.get("spec") or {}).get("nodeName")
-        if event == "DELETED" or node not in self.nodes:
+        if event == "DELETED" or not node or not (node in self.nodes or (self.prefix and node.startswith(self.prefix))):
             return
         uid = str(meta.get("uid"))
         if meta.get("deletionTimestamp"):

@@ -94,6 +94,13 @@ class Proc:
         self._forget()
         return int(self.popen.returncode)
 
+    def pause(self) -> None:
+        """SIGSTOP: the process keeps its sockets and state but runs no more (a stalled or partitioned replica)."""
+        self._signal_group(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self._signal_group(signal.SIGCONT)
+
     def kill(self) -> None:
         """SIGKILL at once (kill -9), the whole process group."""
         self._signal_group(signal.SIGKILL)
