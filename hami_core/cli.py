@@ -166,8 +166,8 @@ def _add_scheduler_parser(commands: Any, common: argparse.ArgumentParser) -> Non
     sched.add_argument("--node-inflight-limit", type=_count, default=DEFAULT_INFLIGHT_LIMIT, metavar="N",
                        help="a node with N pods between filter and its device plugin's Allocate (HAMi's node lock "
                             "lets one at a time through) is chosen only when no other node fits, so that a burst "
-                            f"fills several nodes side by side instead of queueing on one (default: "
-                            f"{DEFAULT_INFLIGHT_LIMIT}; 0 places as HAMi does)")
+                            "fills several nodes side by side instead of queueing on one, at some cost in packing "
+                            f"(default: {DEFAULT_INFLIGHT_LIMIT}: off, placing as HAMi does)")
     sched.add_argument("--normal-events", action=argparse.BooleanOptionalAction, default=True,
                        help="post HAMi's Normal events FilteringSucceed and BindingSucceed for every pod, two API "
                             "writes a pod (default: on, as HAMi; Warning events are always posted)")

@@ -24,9 +24,8 @@ from hami_core.wire import keys
 __all__ = ["DEFAULT_INFLIGHT_LIMIT", "TTL_S", "InFlight"]
 
 #: ``--node-inflight-limit``: a node with this many pods between filter and Allocate is used only when no other
-#: node fits (0: never, as HAMi). 4 keeps a small burst on the best node and lets a large one fill several side
-#: by side.
-DEFAULT_INFLIGHT_LIMIT = 4
+#: node fits; 0 (the default) places as HAMi does. Opt-in: it trades packing for burst latency (docs/scheduler.md).
+DEFAULT_INFLIGHT_LIMIT = 0
 
 #: How long a filtered pod counts as in flight without any news of it.
 TTL_S = 60.0

@@ -176,7 +176,8 @@ class NodeLocker:
                 raise self._contention(node, spec)
             else:
                 queue.tickets.append(ticket)
-                seen, queued = None, True  # read when our turn comes
+                queued = True
+                seen, seen_fresh = None, True  # read when our turn comes
         now = self._now()
         deadline = now + budget
         try:
@@ -190,10 +191,12 @@ class NodeLocker:
                     obj = self._acquire_once(node, pod, spec, seen, seen_fresh)
                     seen_fresh = True
                 except LockContention:
-                    seen, queued = None, True
+                    queued = True
                     with self._queue_guard:
                         self.contended += 1
                         self._pause(queue, version, deadline, node, budget)
+                    # decide from the Node watch's copy, if there is one: it woke us, and is as new as its event
+                    seen, seen_fresh = self._cached_node(node), False
                     continue
                 if queued:
                     waited = self._now() - now
@@ -303,12 +306,12 @@ class NodeLocker:
         value = annotations(obj).get(spec.annotation)
         if not value:
             return self._set(node, pod, spec, obj)
-        if seen is not None and not seen_fresh:
-            return self._acquire_once(node, pod, spec)  # a lock shown by a cached copy is judged from a fresh read
         try:
             lock = decode_node_lock(value, key=spec.annotation)
         except WireFormatError as exc:
             raise HamiError(f"node {node}: {exc}") from None
+        if seen is not None and not seen_fresh and spec.owned and lock.owned_by(namespace, name):
+            return self._acquire_once(node, pod, spec)  # "ours" from a cached copy is judged from a fresh read
         if self.clock() - lock.time.timestamp() > self._timeout(spec):
             log.info("node %s: lock %r expired; breaking it", node, value)
             self._break(node, spec, value)
@@ -324,13 +327,18 @@ class NodeLocker:
     def _owner_gone(self, namespace: str, name: str) -> bool:
         """The lock's owner will never Allocate: gone, finished, or being deleted. kubelet admits no pod that is
         being deleted, so a Terminating owner's lock would otherwise hold the node for the owner's whole grace
-        period (found on the real API server, where a deleted pod stays Terminating until its kubelet confirms)."""
+        period (found on the real API server, where a deleted pod stays Terminating until its kubelet confirms).
+        An owner the Pod watch shows alive is taken as alive (a bind waiting for the lock asks at every Node
+        event; the watch brings news of its going); anything else is read from the API server."""
+        cached = getattr(self.cluster, "cached_pod", None)
+        view = cached(namespace, name) if cached is not None else None
+        if view is not None and not _finished(view):
+            return False
         try:
             owner = self.cluster.get_pod(namespace, name)
         except NotFoundError:
             return True
-        return bool(metadata(owner).get("deletionTimestamp")) or (
-            (owner.get("status") or {}).get("phase") in ("Succeeded", "Failed"))
+        return _finished(owner)
 
     def _set(self, node: str, pod: Mapping[str, Any], spec: LockSpec,
              seen: Mapping[str, Any] | None = None) -> Mapping[str, Any] | None:
@@ -392,6 +400,10 @@ class NodeLocker:
     def _retry(self, what: str, step: Callable[[], None]) -> None:
         retry(what, step, attempts=self.attempts, backoff_s=self.backoff_s, sleep=self.sleep)
 
+    def _cached_node(self, node: str) -> Mapping[str, Any] | None:
+        cached = getattr(self.cluster, "cached_node", None)
+        return cached(node) if cached is not None else None
+
     def _mutex(self, node: str) -> threading.Lock:
         with self._guard:
             return self._mutexes.setdefault(node, threading.Lock())
@@ -401,6 +413,11 @@ class NodeLocker:
         with self._guard:
             self._mutexes.pop(node, None)
         self.node_changed(node)
+
+
+def _finished(pod: Mapping[str, Any]) -> bool:
+    return bool(metadata(pod).get("deletionTimestamp")) or (
+        (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"))
 
 
 def _contention(exc: BaseException) -> bool:
