@@ -106,13 +106,15 @@ def make_nodes(stack: Stack) -> Iterator[Callable[..., list[str]]]:
 
 @pytest.fixture(autouse=True)
 def _rbac_guard(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Fail a test during which kube-apiserver refused any request of hami's ServiceAccounts."""
-    if "stack" not in request.fixturenames and "plane" not in request.fixturenames:
+    """Fail a test during which kube-apiserver refused any request of hami's ServiceAccounts (on whichever control
+    plane the test ran: the session's, or a module's own)."""
+    owner = next((n for n in ("stack", "own_stack", "pair_stack") if n in request.fixturenames), None)
+    if owner is None:
         yield
         return
     started = datetime.now(UTC)
     yield
-    plane: ControlPlane = request.getfixturevalue("plane")
+    plane: ControlPlane = request.getfixturevalue(owner).plane
     if request.node.get_closest_marker("expect_forbidden") or not plane.apiserver.audit:
         return
     time.sleep(1.2)  # the audit log is written in batches of at most a second

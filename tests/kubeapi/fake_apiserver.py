@@ -6,8 +6,9 @@ that speaks the same wire protocol as the real one for the resources and verbs `
 HTTP:
 
 * core/v1 Nodes (cluster-scoped), Pods (namespaced, plus the all-namespaces list ``/api/v1/pods``),
-  ``pods/{name}/binding`` (POST), Events (POST/GET/LIST), ResourceQuotas (namespaced, plus the all-namespaces
-  list and watch ``/api/v1/resourcequotas``; ``status`` is not computed); coordination.k8s.io/v1 Leases.
+  ``pods/{name}/binding`` (POST; its annotations are merged into the pod, as kube-apiserver's BindingREST does),
+  Events (POST/GET/LIST), ResourceQuotas (namespaced, plus the all-namespaces list and watch
+  ``/api/v1/resourcequotas``; ``status`` is not computed); coordination.k8s.io/v1 Leases.
 * GET, LIST (``metadata.resourceVersion`` on the list; items carry no ``kind``/``apiVersion``, as on the real
   server), WATCH (``?watch=true&resourceVersion=N``: a chunked, newline-delimited JSON stream of
   ``{"type": ..., "object": ...}``), POST (409 AlreadyExists), PUT (409 Conflict on a stale
@@ -27,7 +28,8 @@ a given number of times or at a seeded random rate. Pod LISTs honour ``fieldSele
 
 Not implemented: label selectors, field selectors other than ``spec.nodeName`` on pods, pagination
 (``limit``/``continue``), bookmarks, JSON patch, apply, authentication, admission, finalizers and graceful
-deletion.
+deletion. ``make e2e`` (tests/e2e, docs/e2e.md) runs the same behaviours against a real kube-apiserver; where the
+two differ, the real server is right.
 """
 
 from __future__ import annotations
