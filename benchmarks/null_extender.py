@@ -4,7 +4,7 @@ Issue 11 asks ``/filter`` to answer within 2x of the JSON floor (decoding the Ex
 the reply) and filter+bind to sustain 1,000 pods a second. These two servers tell how much of that any Python
 extender on this machine has left for scheduling:
 
-* :class:`NullExtender` behind the scheduler's own servers (``asyncio`` or ``threaded``): ``/filter`` decodes the
+* :class:`NullExtender` behind the scheduler's own servers (``asyncio`` or ``uvicorn``): ``/filter`` decodes the
   body and answers its first node name, ``/bind`` answers success. It does the JSON floor's work and the server's,
   and nothing of scheduling: no handler work can make that server answer sooner or bind more pods a second.
 * :class:`BareServer`: an asyncio protocol that frames requests by ``Content-Length`` alone and answers on the
@@ -48,7 +48,7 @@ class NullWebhook:
 
 
 def start_null(server: str, port: int = 0) -> Any:
-    """The scheduler's ``server`` (``asyncio`` or ``threaded``) serving :class:`NullExtender` on 127.0.0.1,
+    """The scheduler's ``server`` (``asyncio`` or ``uvicorn``) serving :class:`NullExtender` on 127.0.0.1,
     started; stop it with ``shutdown()``."""
     from hami_core.scheduler.app import make_server
 
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--server", choices=("asyncio", "threaded"), default="asyncio")
+    parser.add_argument("--server", choices=("asyncio", "uvicorn"), default="asyncio")
     args = parser.parse_args(argv)
     srv = start_null(args.server, args.port)
     stop = threading.Event()

@@ -20,7 +20,9 @@ Sections (``--sections 1,2,...``):
 7. a burst of pods for one node, from submission to all bound, with kube-scheduler's backoff and a device plugin
    releasing the node lock after Allocate, with ``--node-lock-wait 0`` (HAMi) and 10 (``bench_burst.py``);
 8. ``--write-allocation filter`` against ``bind``: kube-scheduler's serial filter loop through HTTP when each API
-   call costs a modeled round trip (``bench_write_allocation.py``).
+   call costs a modeled round trip (``bench_write_allocation.py``);
+9. the HTTP servers under hostile load: ``/filter`` and ``/webhook`` latency alone, under 16 clients posting 1 MiB
+   AdmissionReviews and under 16 ``/metrics`` scrapers at 500 nodes x 8 GPUs (``bench_servers.py``).
 
 Section 1 reports wall time and the thread's CPU time (``time.thread_time``): on a shared machine the wall
 p99 includes time the OS gave to other processes, the CPU p99 does not. ``meta`` records the load average
@@ -55,6 +57,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import bench_burst  # noqa: E402
 import bench_fgd  # noqa: E402
+import bench_servers  # noqa: E402
 import bench_write_allocation  # noqa: E402
 from bench_schedule import GPU_MEM, GPUS_PER_NODE  # noqa: E402
 from null_extender import BareClient, BareServer, start_null  # noqa: E402
@@ -65,12 +68,12 @@ console = Console(stderr=True)
 
 FULL = {"nodes": [1000, 5000, 10000], "usage": [0.0, 0.5, 0.9], "pods": 1000, "full_eval": 50, "http_pods": 300,
         "tp_nodes": 1000, "tp_pods": 10000, "mem_nodes": 10000, "mem_pods": 50000, "fgd_nodes": [1000, 5000],
-        "fgd_pods": 300, "servers": ["asyncio", "threaded"], "burst_pods": 40, "burst_allocate_ms": [20.0],
-        "fw_nodes": 1000, "fw_pods": 1000, "fw_rtt_ms": [2.0]}
+        "fgd_pods": 300, "servers": ["asyncio", "uvicorn"], "burst_pods": 40, "burst_allocate_ms": [20.0],
+        "fw_nodes": 1000, "fw_pods": 1000, "fw_rtt_ms": [2.0], "srv_seconds": 10.0}
 QUICK = {"nodes": [200, 1000], "usage": [0.0, 0.5], "pods": 100, "full_eval": 10, "http_pods": 50,
          "tp_nodes": 1000, "tp_pods": 1000, "mem_nodes": 1000, "mem_pods": 5000, "fgd_nodes": [200],
-         "fgd_pods": 30, "servers": ["asyncio", "threaded"], "burst_pods": 8, "burst_allocate_ms": [20.0],
-         "fw_nodes": 200, "fw_pods": 100, "fw_rtt_ms": [2.0]}
+         "fgd_pods": 30, "servers": ["asyncio", "uvicorn"], "burst_pods": 8, "burst_allocate_ms": [20.0],
+         "fw_nodes": 200, "fw_pods": 100, "fw_rtt_ms": [2.0], "srv_seconds": 2.0}
 
 
 # --------------------------------------------------------------------------------------------- builders
@@ -590,18 +593,24 @@ def section_write_allocation(cfg: dict[str, Any]) -> list[dict[str, Any]]:
         return bench_write_allocation.section(cfg["fw_nodes"], cfg["fw_pods"], cfg["fw_rtt_ms"], ("binpack", "spread"))
 
 
+def section_servers(cfg: dict[str, Any]) -> list[dict[str, Any]]:
+    """The servers under bulk admission reviews and metrics scrapers; see bench_servers.py."""
+    with console.status(f"[9] /filter and /webhook under load, {', '.join(cfg['servers'])}"):
+        return bench_servers.section(cfg["servers"], cfg["srv_seconds"])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes for a fast smoke run")
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
-    parser.add_argument("--sections", default="1,2,3,4,5,6,7,8", help="comma list of sections to run (default all)")
+    parser.add_argument("--sections", default="1,2,3,4,5,6,7,8,9", help="comma list of sections to run (default all)")
     parser.add_argument("--nodes", help="override the cluster sizes of sections 1-2 (comma list)")
     parser.add_argument("--usage", help="override the usage levels of sections 1-2 (comma list of fractions)")
     parser.add_argument("--pods", type=int, help="override the pods per cell of sections 1-2 and the full-evaluation "
                                                  "count, and (x10) the throughput pods")
     parser.add_argument("--tp-nodes", type=int, help="override the nodes of section 3")
     parser.add_argument("--tp-pods", type=int, help="override the pods of section 3")
-    parser.add_argument("--http-server", help="the servers of sections 2-3, comma list of asyncio, threaded "
+    parser.add_argument("--http-server", help="the servers of sections 2-3, comma list of asyncio, uvicorn "
                                               "(default both)")
     parser.add_argument("--mem", help="override section 4 as NODES,PODS")
     parser.add_argument("--memory-child", help=argparse.SUPPRESS)
@@ -645,7 +654,8 @@ def main(argv: list[str] | None = None) -> int:
             (5, "simulate", section_simulate, table_simulate),
             (6, "fgd", section_fgd, bench_fgd.table),
             (7, "burst", section_burst, bench_burst.table),
-            (8, "write_allocation", section_write_allocation, bench_write_allocation.table))
+            (8, "write_allocation", section_write_allocation, bench_write_allocation.table),
+            (9, "servers", section_servers, bench_servers.table))
     for number, key, run, render in runs:
         if number not in wanted:
             continue

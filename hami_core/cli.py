@@ -27,6 +27,11 @@ _STATUS_STYLE = {"loaded": "green", "builtin": "cyan", "failed": "red", "blocked
 Handler = Callable[[argparse.Namespace, list[str]], int]
 
 
+class UsageError(HamiError):
+    """A flag's value that cannot be used, found only once it is acted on (a ``--cluster-file`` that is not a
+    cluster): one line and exit status 2, as argparse's own usage errors."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``hami`` command line with ``argv`` (default: ``sys.argv[1:]``); return the exit status."""
     parser = _build_parser()
@@ -45,6 +50,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler: Handler = args.handler
     try:
         return handler(args, extra)
+    except UsageError as exc:
+        print(f"{PROG}: error: {_one_line(exc)}", file=sys.stderr)
+        return 2
     except HamiError as exc:
         print(f"{PROG}: error: {_one_line(exc)}", file=sys.stderr)
         return 1
@@ -89,12 +97,16 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_monitor_parser(commands, common)
     _add_device_plugin_parser(commands, common)
     certs = commands.add_parser("certs", parents=[common], help="write a self-signed TLS certificate and key",
-                                description="Write tls.crt and tls.key (self-signed) for serving the scheduler "
-                                            "over TLS locally.")
+                                description="Write tls.crt (mode 0644) and tls.key (mode 0600, created afresh, "
+                                            "never through a symbolic link) self-signed, for serving the "
+                                            "scheduler over TLS locally.")
     certs.add_argument("--out", metavar="DIR", required=True, help="directory to write tls.crt and tls.key to")
     certs.add_argument("--host", metavar="NAME", action="append", dest="hosts",
                        help="DNS name or IP the certificate is valid for (repeatable; default localhost, 127.0.0.1)")
     certs.add_argument("--days", type=int, default=365, help="validity in days (default: 365)")
+    certs.add_argument("--force", action="store_true",
+                       help="replace an existing tls.crt/tls.key (removed, then created afresh; a symbolic link "
+                            "there is refused either way)")
     certs.set_defaults(command="certs", handler=_cmd_certs)
     return parser
 
@@ -110,6 +122,43 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _positive_seconds(text: str) -> float:
+    """An argparse type: a number of seconds above 0 (a period; 0 would spin)."""
+    value = _seconds(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be more than 0 seconds")
+    return value
+
+
+def _port(text: str) -> int:
+    """An argparse type: a TCP port, 0 (any free port) to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"port {value} is out of range (0 to 65535)")
+    return value
+
+
+def _bind(default_port: int, *, empty: bool = False) -> Callable[[str], str]:
+    """An argparse type checking ``HOST:PORT`` with :func:`~hami_core.scheduler.server.parse_bind` (``empty``:
+    "" is allowed and means disabled); the text itself is kept for messages."""
+
+    def check(text: str) -> str:
+        if empty and text == "":
+            return text
+        from hami_core.scheduler.server import parse_bind
+
+        try:
+            parse_bind(text, default_port)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return text
+
+    return check
+
+
 def _count(text: str) -> int:
     """An argparse type: a whole number, 0 or more."""
     try:
@@ -119,6 +168,16 @@ def _count(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"{text!r}: must be 0 or more")
     return value
+
+
+def _identity_names(text: str) -> tuple[str, ...]:
+    """An argparse type: a comma-separated list of Kubernetes user or group names."""
+    from hami_core.scheduler.identity import parse_names
+
+    try:
+        return parse_names(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _add_scheduler_parser(commands: Any, common: argparse.ArgumentParser) -> None:
@@ -133,17 +192,42 @@ def _add_scheduler_parser(commands: Any, common: argparse.ArgumentParser) -> Non
     source.add_argument("--in-cluster", action="store_true", help="use the pod's service account")
     source.add_argument("--cluster-file", metavar="PATH",
                         help="serve an in-memory cluster of the Nodes and Pods in this YAML file (no Kubernetes)")
-    sched.add_argument("--http-bind", default="127.0.0.1:9443", metavar="HOST:PORT",
-                       help="extender/webhook address (default: 127.0.0.1:9443)")
-    sched.add_argument("--http-server", choices=("asyncio", "threaded"), default="asyncio",
-                       help="HTTP server: asyncio (httptools parser, handlers in a thread pool) or threaded "
-                            "(http.server, one thread per connection); both answer alike (default: asyncio)")
-    sched.add_argument("--metrics-bind", default=":9395", metavar="HOST:PORT",
+    sched.add_argument("--http-bind", type=_bind(9443), default="127.0.0.1:9443", metavar="HOST:PORT",
+                       help="extender address, and the webhook's without --webhook-bind (default: 127.0.0.1:9443)")
+    sched.add_argument("--webhook-bind", type=_bind(9443), metavar="HOST:PORT",
+                       help="serve /webhook, /healthz and /readyz on this address and only /filter and /bind on "
+                            "--http-bind, e.g. --webhook-bind=0.0.0.0:9443 --http-bind=127.0.0.1:9444 to keep the "
+                            "extender on loopback beside kube-scheduler (default: one listener for all, as HAMi)")
+    sched.add_argument("--http-server", choices=("asyncio", "uvicorn"), default="asyncio",
+                       help="HTTP server: asyncio (hand-written, httptools parser) or uvicorn; both enforce the same "
+                            "limits and answer alike (default: asyncio)")
+    sched.add_argument("--client-ca-file", metavar="FILE",
+                       help="require a client certificate signed by this CA (PEM) for /filter and /bind "
+                            "(kube-scheduler's extender tlsConfig certFile/keyFile); needs --tls-cert")
+    sched.add_argument("--webhook-client-ca-file", metavar="FILE",
+                       help="require a client certificate signed by this CA (PEM) for /webhook (kube-apiserver's "
+                            "AdmissionConfiguration kubeConfigFile); needs --tls-cert; probes need none")
+    sched.add_argument("--extender-token-file", metavar="FILE",
+                       help="accept 'Authorization: Bearer TOKEN' for /filter and /bind with a token from this file "
+                            "(one a line; re-read when it changes); with --client-ca-file either one suffices")
+    sched.add_argument("--metrics-bind", type=_bind(9395, empty=True), default=":9395", metavar="HOST:PORT",
                        help="metrics address, empty to disable (default: :9395)")
+    sched.add_argument("--metrics-device-detail", action="store_true",
+                       help="export HAMi's per-device and per-pod series (hami_gpu_*, hami_node_gpu_*, hami_vgpu_*; "
+                            "a series per GPU and per pod) instead of one per node and device type")
     sched.add_argument("--tls-cert", metavar="FILE", help="TLS certificate (PEM); with --tls-key serves HTTPS")
     sched.add_argument("--tls-key", metavar="FILE", help="TLS private key (PEM)")
     sched.add_argument("--scheduler-name", default="hami-scheduler",
                        help="scheduler name set by the webhook and used as event source (default: hami-scheduler)")
+    sched.add_argument("--trusted-identities", type=_identity_names, metavar="USER,...",
+                       help="user names (as kube-apiserver authenticates them) that may change the scheduler-owned pod "
+                            "annotations (hami.io/vgpu-node, bind phase and time, every vendor's to-allocate and "
+                            "allocated keys); the webhook denies anyone else's UPDATE that adds, changes or removes "
+                            "one (default: system:serviceaccount:kube-system:hami-scheduler,"
+                            "system:serviceaccount:kube-system:hami-device-plugin)")
+    sched.add_argument("--trusted-groups", type=_identity_names, default=(), metavar="GROUP,...",
+                       help="group names whose members may too (default: none; system:nodes, every kubelet, is not "
+                            "trusted)")
     sched.add_argument("--node-scheduler-policy", choices=("binpack", "spread", "fgd"),
                        help="default node policy (default: the device config's, else binpack)")
     sched.add_argument("--gpu-scheduler-policy", metavar="POLICY",
@@ -151,7 +235,8 @@ def _add_scheduler_parser(commands: Any, common: argparse.ArgumentParser) -> Non
                             "config's, else spread)")
     sched.add_argument("--device-config", metavar="PATH", help="device-config.yaml (default: built-in defaults)")
     sched.add_argument("--node-lock-timeout", type=_seconds, metavar="SECONDS",
-                       help="node lock expiry (default: the device config's scheduler.nodeLockTimeout, 300)")
+                       help="node lock expiry (default: the device config's scheduler.nodeLockTimeout, 300); a "
+                            "lock whose pod is bound and still waits for its Allocate is kept past it")
     sched.add_argument("--node-lock-retry-timeout", type=_seconds, default=28.0, metavar="SECONDS",
                        help="how long PodGroup members wait for a locked node (default: 28)")
     sched.add_argument("--node-lock-wait", type=_seconds, default=10.0, metavar="SECONDS",
@@ -171,7 +256,7 @@ def _add_scheduler_parser(commands: Any, common: argparse.ArgumentParser) -> Non
     sched.add_argument("--normal-events", action=argparse.BooleanOptionalAction, default=True,
                        help="post HAMi's Normal events FilteringSucceed and BindingSucceed for every pod, two API "
                             "writes a pod (default: on, as HAMi; Warning events are always posted)")
-    sched.add_argument("--resync", type=float, default=15.0, metavar="SECONDS",
+    sched.add_argument("--resync", type=_positive_seconds, default=15.0, metavar="SECONDS",
                        help="period of the node re-registration pass (default: 15)")
     sched.add_argument("--leader-elect", action="store_true",
                        help="register nodes only while holding the scheduler lease (Kubernetes only)")
@@ -201,7 +286,7 @@ def _add_device_plugin_parser(commands: Any, common: argparse.ArgumentParser) ->
     dp.add_argument("--devices-file", metavar="PATH",
                     help="fake devices YAML instead of the driver (sets HAMI_OVERRIDE_<VENDOR>_DEVICES_FILE)")
     dp.add_argument("--device-config", metavar="PATH", help="device-config.yaml (default: built-in defaults)")
-    dp.add_argument("--register-interval", type=float, default=30.0, metavar="SECONDS",
+    dp.add_argument("--register-interval", type=_positive_seconds, default=30.0, metavar="SECONDS",
                     help="period of the node registration pass (default: 30)")
     dp.set_defaults(command="device-plugin", handler=_cmd_device_plugin)
 
@@ -261,7 +346,7 @@ def _add_monitor_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     mon.add_argument("--containers-dir", default="/usr/local/vgpu/containers", metavar="DIR",
                      help="HAMi-core cache directories <podUID>_<container>/ (default: /usr/local/vgpu/containers)")
     mon.add_argument("--host", default="0.0.0.0", help="metrics address (default: 0.0.0.0)")
-    mon.add_argument("--port", type=int, default=9394, help="metrics port (default: 9394)")
+    mon.add_argument("--port", type=_port, default=9394, help="metrics port, 0 for any free one (default: 9394)")
     source = mon.add_mutually_exclusive_group()
     source.add_argument("--kubeconfig", metavar="PATH", help="kubeconfig file")
     source.add_argument("--in-cluster", action="store_true", help="use the pod's service account")
@@ -271,9 +356,9 @@ def _add_monitor_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     mon.add_argument("--legacy-metrics", action="store_true", help="also emit HAMi's pre-2.5 metric names")
     mon.add_argument("--feedback", action=argparse.BooleanOptionalAction, default=True,
                      help="run the priority feedback loop, writing recent_kernel/utilization_switch (default: on)")
-    mon.add_argument("--interval", type=float, default=5.0, metavar="SECONDS",
+    mon.add_argument("--interval", type=_positive_seconds, default=5.0, metavar="SECONDS",
                      help="feedback and rescan period (default: 5)")
-    mon.add_argument("--gc-after", type=float, default=300.0, metavar="SECONDS",
+    mon.add_argument("--gc-after", type=_seconds, default=300.0, metavar="SECONDS",
                      help="remove a deleted pod's directory once unmodified this long (default: 300)")
     mon.set_defaults(command="monitor", handler=_cmd_monitor)
 
@@ -286,9 +371,7 @@ def _cmd_monitor(args: argparse.Namespace, _extra: list[str]) -> int:
 
     cluster = None
     if args.cluster_file:
-        from hami_core.cluster.memory import MemoryCluster
-
-        cluster = MemoryCluster.from_file(args.cluster_file)
+        cluster = _cluster_file(args.cluster_file)
     elif args.kubeconfig or args.in_cluster:
         try:
             kube = importlib.import_module("hami_core.cluster.kube")
@@ -318,18 +401,26 @@ def _cmd_certs(args: argparse.Namespace, _extra: list[str]) -> int:
     from hami_core.scheduler.certs import DEFAULT_HOSTS, write_self_signed
 
     try:
-        cert, key = write_self_signed(args.out, args.hosts or DEFAULT_HOSTS, days=args.days)
+        cert, key = write_self_signed(args.out, args.hosts or DEFAULT_HOSTS, days=args.days, force=args.force)
     except OSError as exc:
         raise HamiError(f"cannot write certificates to {args.out}: {exc.strerror or exc}") from None
     print(f"wrote {cert} and {key}")
     return 0
 
 
+def _cluster_file(path: str) -> Any:
+    """The in-memory cluster of ``--cluster-file``; a file that is not one is a usage error naming the flag."""
+    from hami_core.cluster.memory import MemoryCluster
+
+    try:
+        return MemoryCluster.from_file(path)
+    except HamiError as exc:
+        raise UsageError(f"--cluster-file: {_one_line(exc)}") from None
+
+
 def _scheduler_cluster(args: argparse.Namespace) -> Any:
     if args.cluster_file:
-        from hami_core.cluster.memory import MemoryCluster
-
-        return MemoryCluster.from_file(args.cluster_file)
+        return _cluster_file(args.cluster_file)
     try:
         kube = importlib.import_module("hami_core.cluster.kube")
     except ImportError as exc:
@@ -371,11 +462,18 @@ def _cmd_scheduler(args: argparse.Namespace, _extra: list[str]) -> int:
 
     if bool(args.tls_cert) != bool(args.tls_key):
         raise HamiError("--tls-cert and --tls-key go together")
+    for flag, value in (("--client-ca-file", args.client_ca_file),
+                        ("--webhook-client-ca-file", args.webhook_client_ca_file)):
+        if value and not args.tls_cert:
+            raise HamiError(f"{flag} needs TLS: give --tls-cert and --tls-key too")
     try:
         host, port = parse_bind(args.http_bind, 9443)
+        webhook = parse_bind(args.webhook_bind, 9443) if args.webhook_bind else None
         metrics = parse_bind(args.metrics_bind, 9395) if args.metrics_bind else None
     except ValueError as exc:
         raise HamiError(str(exc)) from None
+    if webhook is not None and webhook[1] == port and port != 0:
+        raise HamiError(f"--webhook-bind {args.webhook_bind} and --http-bind {args.http_bind} need different ports")
     config = load_config(args.device_config)
     overrides = {k: v for k, v in (("node_scheduler_policy", args.node_scheduler_policy),
                                    ("gpu_scheduler_policy", args.gpu_scheduler_policy),
@@ -392,11 +490,17 @@ def _cmd_scheduler(args: argparse.Namespace, _extra: list[str]) -> int:
                       lock_retry_timeout_s=args.node_lock_retry_timeout, lock_wait_s=args.node_lock_wait,
                       write_allocation=args.write_allocation, resync_s=args.resync,
                       inflight_limit=args.node_inflight_limit, normal_events=args.normal_events,
-                      http_server=args.http_server)
+                      http_server=args.http_server, webhook_host=webhook[0] if webhook else None,
+                      webhook_port=webhook[1] if webhook else 0, client_ca_file=args.client_ca_file,
+                      extender_token_file=args.extender_token_file, metrics_device_detail=args.metrics_device_detail,
+                      webhook_client_ca_file=args.webhook_client_ca_file,
+                      trusted_users=args.trusted_identities,
+                      trusted_groups=args.trusted_groups)
     try:
         service = Scheduler(engine, cluster, options, is_leader=elector.is_leader if elector else None)
     except OSError as exc:
-        raise HamiError(f"cannot listen on {args.http_bind}: {exc.strerror or exc}") from None
+        where = " or ".join(a for a in (args.http_bind, args.webhook_bind) if a)
+        raise HamiError(f"cannot listen on {where}: {exc.strerror or exc}") from None
     except ValueError as exc:
         raise HamiError(str(exc)) from None
     stop = threading.Event()
@@ -405,12 +509,27 @@ def _cmd_scheduler(args: argparse.Namespace, _extra: list[str]) -> int:
     try:
         service.start()
     except OSError as exc:
-        service.server.shutdown()
+        for server in service.servers:
+            server.shutdown()
         raise HamiError(f"cannot start: {exc.strerror or exc}") from None
-    # At warning level so that the default log level still shows where the service listens.
-    logging.getLogger("hami.scheduler").warning(
-        "hami scheduler %s serving %s/filter, /bind, /webhook, /healthz, /readyz; metrics %s; %d node(s)",
-        args.scheduler_name, service.server.url, service.metrics_url or "disabled", len(engine.nodes))
+    # At warning level so that the default log level still shows where the service listens, and who may call it.
+    log = logging.getLogger("hami.scheduler")
+    if service.webhook_server is None:
+        listeners = f"{service.server.url}/filter, /bind, /webhook, /healthz, /readyz"
+    else:
+        listeners = f"{service.server.url}/filter, /bind; {service.webhook_server.url}/webhook, /healthz, /readyz"
+    extender_callers = " or ".join(w for w, on in (
+        (f"client certificates of {args.client_ca_file}", args.client_ca_file),
+        (f"the bearer tokens of {args.extender_token_file}", args.extender_token_file)) if on)
+    callers = (f"extender: {extender_callers or 'anyone'}; webhook: "
+               + (f"client certificates of {args.webhook_client_ca_file}" if args.webhook_client_ca_file else "anyone"))
+    log.warning("hami scheduler %s serving %s (%s server); callers: %s; metrics %s; %d node(s)",
+                args.scheduler_name, listeners, args.http_server, callers, service.metrics_url or "disabled",
+                len(engine.nodes))
+    if not extender_callers and host not in ("127.0.0.1", "::1", "localhost"):
+        log.warning("the extender on %s accepts any caller: anyone reaching the port can bind pods; give "
+                    "--client-ca-file or --extender-token-file, or serve it on loopback (--webhook-bind)",
+                    args.http_bind)
     stop.wait()
     logging.getLogger("hami.scheduler").warning("shutting down")
     service.stop()

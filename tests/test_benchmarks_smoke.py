@@ -32,8 +32,8 @@ def test_run_quick_json_shape() -> None:
     # The scheduler on both servers, then the reference servers that schedule nothing; every pod bound by each.
     rows = doc["sections"]["throughput"]
     assert [(r["extender"], r["server"], r["threads"]) for r in rows] == [
-        (ext, server, threads) for ext, server in (("hami", "asyncio"), ("hami", "threaded"), ("null", "asyncio"),
-                                                  ("null", "threaded"), ("bare", "bare")) for threads in (1, 4)]
+        (ext, server, threads) for ext, server in (("hami", "asyncio"), ("hami", "uvicorn"), ("null", "asyncio"),
+                                                  ("null", "uvicorn"), ("bare", "bare")) for threads in (1, 4)]
     assert all(r["bound"] == r["pods"] == 12 and r["failed"] == 0 and r["server_cpu_ms_per_pod"] > 0 for r in rows)
     mem = doc["sections"]["memory"]
     assert mem["nodes"] == 5 and mem["pods"] == 20 and mem["rss_mb"] > 0
@@ -141,3 +141,16 @@ def test_write_allocation_bench_binds_every_pod_both_ways() -> None:
     assert [(r["rtt_ms"], r["write_allocation"]) for r in rows] == [(1, "filter"), (1, "bind")]
     for r in rows:
         assert r["bound"] == 6 and r["bind_errors"] == 0 and r["filter_p50_ms"] > 0 and r["loop_pods_per_s"] > 0
+
+
+def test_servers_section_json_shape() -> None:
+    """benchmarks/bench_servers.py (section 9) at toy sizes: every row names its server and load, the probes were
+    answered, and the load clients' answers are counted."""
+    out = subprocess.run([sys.executable, str(RUN.parent / "bench_servers.py"), "--servers", "asyncio,uvicorn",
+                          "--loads", "alone,scrapers", "--seconds", "0.5", "--clients", "2", "--nodes", "5", "--json"],
+                         check=True, capture_output=True, text=True, timeout=180)
+    rows = json.loads(out.stdout)
+    assert [(r["server"], r["load"]) for r in rows] == [("asyncio", "alone"), ("uvicorn", "alone"),
+                                                        ("asyncio", "scrapers"), ("uvicorn", "scrapers")]
+    assert all(r["filter"]["n"] >= 5 and r["webhook"]["n"] >= 5 and not r["errors"] for r in rows)
+    assert all(sum(r["load_statuses"].values()) > 0 for r in rows if r["load"] == "scrapers")

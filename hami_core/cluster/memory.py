@@ -16,9 +16,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from hami_core.cluster.base import ConflictError, NotFoundError, WatchHandler
+from hami_core.engine.objectfile import objects_from_yaml
+from hami_core.engine.yamlload import MAX_INPUT_BYTES, YamlInputError, read_text
 from hami_core.plugins.errors import HamiError
 
 
@@ -74,28 +74,19 @@ class MemoryCluster:
 
     @classmethod
     def from_file(cls, path: str | Path) -> MemoryCluster:
-        """Nodes, Pods and ResourceQuotas from one YAML file (multi-document or ``kind: List``); other kinds are
-        ignored."""
+        """Nodes, Pods and ResourceQuotas from one YAML file (multi-document or ``kind: List``); objects of other
+        kinds are ignored. A document that is not an object, an object without ``kind``, or one shaped unlike
+        what the API server would store is a :class:`HamiError` naming the file, the document and the field
+        (read with :mod:`hami_core.engine.yamlload`: duplicate keys, alias bombs and huge files are errors)."""
         try:
-            docs = list(yaml.safe_load_all(Path(path).read_text(encoding="utf-8")))
-        except OSError as exc:
-            raise HamiError(f"cannot read cluster file {path}: {exc.strerror or exc}") from None
-        except yaml.YAMLError as exc:
-            raise HamiError(f"cluster file {path} is not valid YAML: {exc}") from None
-        nodes, pods, quotas = [], [], []
-        for i, doc in enumerate(docs):
-            items = doc.get("items") if isinstance(doc, dict) and doc.get("kind") == "List" else [doc]
-            for obj in items or []:
-                if not isinstance(obj, dict):
-                    continue
-                if not (obj.get("metadata") or {}).get("name"):
-                    raise HamiError(f"{path}: document {i + 1}: {obj.get('kind', 'object')} has no metadata.name")
-                if obj.get("kind") == "Node":
-                    nodes.append(obj)
-                elif obj.get("kind") == "Pod":
-                    pods.append(obj)
-                elif obj.get("kind") == "ResourceQuota":
-                    quotas.append(obj)
+            text = read_text(path, "cluster file", max_bytes=MAX_INPUT_BYTES)
+            objects = objects_from_yaml(text, source=f"cluster file {path}", kinds=("Node", "Pod", "ResourceQuota"),
+                                        other_kinds=True)
+        except YamlInputError as exc:
+            raise HamiError(str(exc)) from None
+        nodes = [o for o in objects if o["kind"] == "Node"]
+        pods = [o for o in objects if o["kind"] == "Pod"]
+        quotas = [o for o in objects if o["kind"] == "ResourceQuota"]
         return cls(nodes, pods, quotas)
 
     # ------------------------------------------------------------------------------------ writes

@@ -11,14 +11,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from hami_core.engine.policy import validate_gpu_policy
 from hami_core.engine.workload import DEVICELESS, Shape
+from hami_core.engine.yamlload import MAX_CONFIG_BYTES, YamlInputError, load_yaml, read_text
 from hami_core.plugins.errors import ConfigError
 from hami_core.plugins.types import MEM_PERCENTAGE_UNSET
 from hami_core.wire import keys
+from hami_core.wire.common import INT32_MAX, MAX_NODE_DEVICES
+
+#: Upper bounds of numeric settings. A device config is operator input, but a typo (``nodeLockTimeout: 3e9``,
+#: ``window: 10000000000``) must fail start-up with the field named, not hang it or overflow later; ``.inf`` and
+#: ``.nan`` are refused everywhere (``allow_inf_nan=False``).
+MAX_NODE_LOCK_TIMEOUT_S = 86_400.0
+MAX_FGD_WINDOW = 1_000_000
+MAX_FGD_CACHE_MIB = 1 << 20
+MAX_FGD_CLASSES = 10_000
+MAX_FGD_WEIGHT = 1e12
 
 #: Top-level sections of HAMi's device-config.yaml (spec §10.1).
 HAMI_SECTIONS = frozenset({"nvidia", "cambricon", "hygon", "metax", "mthreads", "iluvatars", "enflame", "kunlun",
@@ -32,19 +42,19 @@ class FgdClass(BaseModel):
     """One request shape of a fixed workload mix (``scheduler.fgd.workload[]``). ``nums: 0`` is a class of pods
     without devices: every free device share is a fragment for them (give only its weight and CPU/memory)."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True, allow_inf_nan=False)
 
     backend: str = Field("NVIDIA", min_length=1)
-    nums: int = Field(1, ge=0)
+    nums: int = Field(1, ge=0, le=MAX_NODE_DEVICES)
     cores: int = Field(0, ge=0, le=100)
-    memory: int = Field(0, ge=0, description="MiB per device")
+    memory: int = Field(0, ge=0, le=INT32_MAX, description="MiB per device")
     mem_percentage: int | None = Field(None, alias="memPercentage", ge=0, le=100)
     types: tuple[str, ...] = ()
     nouse_types: tuple[str, ...] = Field((), alias="nouseTypes")
-    weight: float = Field(1.0, gt=0)
+    weight: float = Field(1.0, gt=0, le=MAX_FGD_WEIGHT)
     #: CPU (milli) and memory (MiB) a pod of this class requests from the node.
-    cpu_milli: float = Field(0, alias="cpuMilli", ge=0)
-    host_memory: float = Field(0, alias="hostMemoryMiB", ge=0)
+    cpu_milli: float = Field(0, alias="cpuMilli", ge=0, le=INT32_MAX)
+    host_memory: float = Field(0, alias="hostMemoryMiB", ge=0, le=INT32_MAX)
 
     @model_validator(mode="after")
     def _deviceless(self) -> FgdClass:
@@ -65,10 +75,10 @@ class FgdClass(BaseModel):
 class FgdConfig(BaseModel):
     """``scheduler.fgd``: the fragmentation-aware node policy's view of the workload mix."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True, allow_inf_nan=False)
 
     #: Online learning covers the last ``window`` pods the scheduler was asked about.
-    window: int = Field(1000, gt=0)
+    window: int = Field(1000, gt=0, le=MAX_FGD_WINDOW)
     #: A new mix is used once it moved by more than this (total variation distance; 0 = every pod).
     tolerance: float = Field(0.02, ge=0, le=1)
     #: How finely fragmentation growth is scored (the paper uses 100; ties go to packing).
@@ -78,14 +88,14 @@ class FgdConfig(BaseModel):
     coverage: float = Field(0.95, gt=0, le=1)
     #: MiB of growth caches the policy keeps (least recently used request signatures dropped first); 0 = none
     #: kept between decisions. The default holds ~100 signatures of a 5,000-node cluster (docs/fgd.md, Cost).
-    cache_mib: int = Field(256, alias="cacheMiB", ge=0)
+    cache_mib: int = Field(256, alias="cacheMiB", ge=0, le=MAX_FGD_CACHE_MIB)
     #: How nodes in one score step are ordered: ``packing`` (the fullest first), ``order`` (the node the
     #: scheduler learned first, as the paper's simulator does), ``balance`` (the node whose free CPU and device
     #: share the pod brings closest to the mix's ratio) or ``auto`` (balance; order for a mix with device-type
     #: constraints); see ``TIE_BREAKS``.
     ties: Literal["packing", "order", "balance", "auto"] = "auto"
     #: A fixed mix; when given, online learning is off.
-    workload: tuple[FgdClass, ...] = ()
+    workload: tuple[FgdClass, ...] = Field((), max_length=MAX_FGD_CLASSES)
 
     def fixed_mix(self) -> list[tuple[Shape, float, float, float]] | None:
         if not self.workload:
@@ -96,13 +106,13 @@ class FgdConfig(BaseModel):
 class SchedulerConfig(BaseModel):
     """The ``scheduler:`` section: HAMi's scheduler flags that shape decisions (spec §10.2)."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True, allow_inf_nan=False)
 
     scheduler_name: str = Field(keys.DEFAULT_SCHEDULER_NAME, alias="schedulerName")
     node_scheduler_policy: str = Field("binpack", alias="nodeSchedulerPolicy")
     gpu_scheduler_policy: str = Field("spread", alias="gpuSchedulerPolicy")
     force_overwrite_default_scheduler: bool = Field(True, alias="forceOverwriteDefaultScheduler")
-    node_lock_timeout: float = Field(300.0, alias="nodeLockTimeout", gt=0)
+    node_lock_timeout: float = Field(300.0, alias="nodeLockTimeout", gt=0, le=MAX_NODE_LOCK_TIMEOUT_S)
     fgd: FgdConfig = Field(default_factory=FgdConfig)
 
     @field_validator("node_scheduler_policy")
@@ -119,18 +129,6 @@ class SchedulerConfig(BaseModel):
             return validate_gpu_policy(v, field="gpuSchedulerPolicy")
         except ConfigError as exc:
             raise ValueError(str(exc)) from None
-
-
-class _Loader(yaml.SafeLoader):
-    """PyYAML's safe loader, but a scalar it cannot construct (``2001-13-45`` looks like a date) is a YAML error
-    that carries its line and column instead of a bare ``ValueError``."""
-
-    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
-        try:
-            return super().construct_object(node, deep=deep)
-        except (ValueError, OverflowError) as exc:
-            raise yaml.constructor.ConstructorError(None, None, f"cannot read {node.value!r}: {exc}",
-                                                    node.start_mark) from None
 
 
 def pydantic_error(section: str, exc: ValidationError) -> ConfigError:
@@ -162,15 +160,9 @@ def load_config(config: Mapping[str, Any] | str | Path | EngineConfig | None) ->
         path = Path(config)
         source = str(path)
         try:
-            data = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)  # _Loader is a SafeLoader
-        except OSError as exc:
-            raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
-        except UnicodeDecodeError as exc:
-            raise ConfigError(f"config file {path} is not UTF-8 text: byte {exc.start} ({exc.reason})") from None
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
-        except RecursionError:
-            raise ConfigError(f"config file {path} nests too deeply") from None
+            data = load_yaml(read_text(path, "config file", max_bytes=MAX_CONFIG_BYTES), f"config file {path}")
+        except YamlInputError as exc:
+            raise ConfigError(str(exc)) from None
         config = data if data is not None else {}
     if not isinstance(config, Mapping):
         raise ConfigError(f"{source}: the configuration must be a mapping of sections, got {type(config).__name__}")

@@ -53,10 +53,21 @@ def _mig_entries(pod: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     for e in entries if isinstance(entries, list) else []:
         if not isinstance(e, dict) or any(e.get(k) is None for k in ("migUUID", "gpuInstanceID", "computeInstanceID")):
             continue
+        if not _text_only(e):
+            continue  # a "\udcff" escape decodes to a lone surrogate: no label can carry it
         ci = e.get("containerIndex")
         if isinstance(ci, int) and 0 <= ci < len(names):
             out.append((names[ci], e))
     return out
+
+
+def _text_only(entry: dict[str, Any]) -> bool:
+    try:
+        for v in entry.values():
+            str(v).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class MonitorCollector(Collector):
@@ -159,7 +170,7 @@ class MonitorCollector(Collector):
                 continue
             try:
                 snap = entry.region.snapshot()
-            except (RegionError, ValueError) as exc:  # shrank since the refresh; the next refresh logs it
+            except (RegionError, OSError, ValueError) as exc:  # shrank or failed since the refresh: skipped
                 log.debug("scrape skips %s: %s", entry.region.path, exc)
                 continue
             ns, pod = ident

@@ -4,21 +4,25 @@ prometheus-client's generic ``generate_latest`` validates and escapes every labe
 costs about 10 µs a sample: 35 ms of a 3 200-sample node. Our collector's label names are fixed identifiers, so
 the plain-text format (0.0.4) is rendered here with only label *values* escaped; the output is the same text.
 Scrapes that ask for OpenMetrics, and paths other than ``/metrics``, go to prometheus-client's own WSGI app.
+The server bounds every client (:mod:`hami_core.monitor.httpserver`).
 """
 
 from __future__ import annotations
 
 import gzip
+import logging
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from prometheus_client import CONTENT_TYPE_LATEST, make_wsgi_app
-from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import CollectorRegistry
 
+from hami_core.monitor.httpserver import make_bounded_server
+
 __all__ = ["render_text", "serve"]
+
+log = logging.getLogger("hami.monitor")
 
 
 def _value(v: float) -> str:
@@ -38,7 +42,11 @@ def _escape(s: str) -> str:
 
 
 def render_text(registry: CollectorRegistry) -> bytes:
-    """The Prometheus text format (0.0.4) of ``registry``; gauges, counters and untyped samples."""
+    """The Prometheus text format (0.0.4) of ``registry``; gauges, counters and untyped samples.
+
+    A sample whose labels are not valid text (a lone surrogate: bytes that were not UTF-8 where it came from)
+    is left out with a log line, so that one bad value costs its own sample and not the whole scrape.
+    """
     out: list[str] = []
     for family in registry.collect():
         doc = family.documentation.replace("\\", "\\\\").replace("\n", "\\n")
@@ -52,12 +60,22 @@ def render_text(registry: CollectorRegistry) -> bytes:
                 out.append(f"{s.name}{{{body}}} {_value(s.value)}\n")
             else:
                 out.append(f"{s.name} {_value(s.value)}\n")
-    return "".join(out).encode()
+    text = "".join(out)
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        return _encodable(out)
 
 
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
+def _encodable(lines: list[str]) -> bytes:
+    kept, dropped = [], 0
+    for line in lines:
+        try:
+            kept.append(line.encode())
+        except UnicodeEncodeError:
+            dropped += 1
+    log.warning("left %d sample(s) out of the scrape: their labels are not valid UTF-8", dropped)
+    return b"".join(kept)
 
 
 def _app(registry: CollectorRegistry) -> Callable[..., Iterable[bytes]]:
@@ -80,9 +98,10 @@ def _app(registry: CollectorRegistry) -> Callable[..., Iterable[bytes]]:
     return app
 
 
-def serve(registry: CollectorRegistry, host: str, port: int) -> tuple[Any, threading.Thread]:
-    """Serve ``registry`` on ``host:port`` (0 = any) in a daemon thread; returns (server, thread)."""
-    server = make_server(host, port, _app(registry), ThreadingWSGIServer, handler_class=_QuietHandler)
+def serve(registry: CollectorRegistry, host: str, port: int, **limits: Any) -> tuple[Any, threading.Thread]:
+    """Serve ``registry`` on ``host:port`` (0 = any) in a daemon thread, with the bounds of
+    :mod:`hami_core.monitor.httpserver` (``limits`` override them); returns (server, thread)."""
+    server = make_bounded_server(host, port, _app(registry), **limits)
     thread = threading.Thread(target=server.serve_forever, name="hami-monitor-http", daemon=True)
     thread.start()
     return server, thread

@@ -39,7 +39,7 @@ def observe(regions: Iterable[RegionFile]) -> None:
                         active[key][priority] += 1
                 if region.writable:
                     region.recent_kernel = recent
-        except (RegionError, ValueError) as exc:  # closed or shrunk meanwhile: the store logs it
+        except (RegionError, OSError, ValueError) as exc:  # closed or shrunk meanwhile: the store logs it
             log.debug("feedback skips %s: %s", region.path, exc)
             continue
         rows.append((region, priority, keys))
@@ -59,5 +59,5 @@ def observe(regions: Iterable[RegionFile]) -> None:
             switch = 1 if blocked or contended else 0
             if region.utilization_switch != switch:
                 region.utilization_switch = switch
-        except (RegionError, ValueError) as exc:
+        except (RegionError, OSError, ValueError) as exc:
             log.debug("feedback skips %s: %s", region.path, exc)

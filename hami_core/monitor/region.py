@@ -1,19 +1,21 @@
 """HAMi-core's shared region (``<containers-dir>/<podUID>_<container>/*.cache``), layouts v0 and v1 (node spec §3.3).
 
-The file is mapped once (``MAP_SHARED``, read-write when allowed) and read in place: scalar fields with
-:mod:`struct` at fixed offsets, the process slots through a numpy structured view over the mapping, so a
-scrape touches only the header and the ``proc_num`` slots in use, never copies the whole file.
+The file is read with ``pread`` at fixed offsets, never mapped: a container owns its cache file and may truncate
+it at any moment (a restarted container does), and a load from a mapping past the new end of the file raises
+``SIGBUS``, which kills the whole monitor; no check before the load can close that window. A short ``pread`` is
+an ordinary error instead (:class:`RegionError`, "file shrank"). A scrape costs three reads per file: the
+header with the device table, the trailer with the counters, and the ``proc_num`` process slots in use (numpy
+parses them from the bytes read), never the whole 2 MB file.
 
-HAMi-core writes the file concurrently; nothing here takes its semaphore. 32- and 64-bit aligned loads and
-stores are atomic on x86-64, which is what HAMi relies on too. A file truncated under the mapping would raise
-``SIGBUS`` on access, so every read first checks (``fstat``) that the file still covers the layout.
+HAMi-core writes the file concurrently through its own mapping (the page cache is shared, so ``pread`` sees
+its stores); nothing here takes its semaphore. 32- and 64-bit aligned loads and stores are atomic on x86-64,
+which is what HAMi relies on too. The feedback loop writes two 4-byte fields with ``pwrite``, only while the
+file still covers the layout.
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
-import mmap
 import os
 import stat
 import struct
@@ -119,13 +121,14 @@ def select_layout(size: int, major: int | None) -> Layout:
 
 
 class RegionFile:
-    """One mapped shared-region file. Not thread-safe on its own: the caller serialises access."""
+    """One open shared-region file, read with ``pread``. Not thread-safe on its own: the caller serialises access."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.fspath(path)
         self.writable = True
+        self._fd = -1
         # The containers directory is writable from inside the containers (HAMi makes it 0777), so a cache file
-        # may be a planted symlink or device node: never follow a link, never block on a FIFO, map regular files
+        # may be a planted symlink or device node: never follow a link, never block on a FIFO, read regular files
         # only. Opening /dev/watchdog or a host file read-write as root would be the container's doing.
         flags = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
         if stat.S_ISLNK(os.lstat(self.path).st_mode):
@@ -144,60 +147,67 @@ class RegionFile:
             if exc.errno in (errno.EISDIR, errno.ENXIO):
                 raise RegionError("is not a regular file") from None
             raise
+        self._fd = fd
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 raise RegionError("is not a regular file")
             if st.st_size < 12:
                 raise RegionError(f"file is {st.st_size} bytes, shorter than a header", retry=True)
-            prot = mmap.PROT_READ | (mmap.PROT_WRITE if self.writable else 0)
-            mm = mmap.mmap(fd, st.st_size, mmap.MAP_SHARED, prot)
-        except BaseException:
-            os.close(fd)
-            raise
-        self._fd, self._mm, self.size, self.inode = fd, mm, st.st_size, st.st_ino
-        try:
-            magic = _I32.unpack_from(mm, 0)[0]
+            self.size, self.inode = st.st_size, st.st_ino
+            magic, major, minor = struct.unpack("<iii", self._read(0, 12))
             if magic != MAGIC:
                 # 0 = HAMi-core created the file but has not initialised it yet (half-written).
                 raise RegionError("not initialised yet (magic 0)" if magic == 0 else f"bad magic {magic}",
                                   retry=magic == 0)
-            self.layout = select_layout(st.st_size, _I32.unpack_from(mm, 4)[0])
-            self.major, self.minor = ((1, _I32.unpack_from(mm, 8)[0]) if self.layout is LAYOUT_V1 else (0, 0))
+            self.layout = select_layout(st.st_size, major)
+            self.major, self.minor = (1, minor) if self.layout is LAYOUT_V1 else (0, 0)
         except BaseException:
             self.close()
             raise
 
     # ---------------------------------------------------------------------------------------- lifecycle
     def close(self) -> None:
-        mm, self._mm = getattr(self, "_mm", None), None
-        if mm is not None:
-            with contextlib.suppress(BufferError):  # a numpy view still alive somewhere; it keeps the mapping
-                mm.close()
-        if getattr(self, "_fd", -1) >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+    def _current_size(self) -> int:
+        if self._fd < 0:
+            raise RegionError("closed")
+        return os.fstat(self._fd).st_size
 
     def check(self) -> None:
-        """Raise :class:`RegionError` when the file no longer covers the layout (reading would fault)."""
-        if self._mm is None:
-            raise RegionError("closed")
-        size = os.fstat(self._fd).st_size
+        """Raise :class:`RegionError` when the file no longer covers the layout (it was truncated)."""
+        size = self._current_size()
         if size < self.layout.size:
             raise RegionError(f"file shrank from {self.size} to {size} bytes")
 
+    def _read(self, off: int, n: int) -> bytes:
+        """``n`` bytes at ``off``; a file that ends before them was truncated under us."""
+        if self._fd < 0:
+            raise RegionError("closed")
+        data = os.pread(self._fd, n, off)
+        if len(data) < n:
+            raise RegionError(f"file shrank from {self.size} to {self._current_size()} bytes")
+        return data
+
     # ---------------------------------------------------------------------------------------- fields
     def _i32(self, off: int) -> int:
-        return _I32.unpack_from(self._mm, off)[0]  # type: ignore[arg-type]
+        return _I32.unpack(self._read(off, 4))[0]
 
     def _set_i32(self, off: int, value: int) -> None:
         if not self.writable:
             raise RegionError("opened read-only")
-        _I32.pack_into(self._mm, off, value)  # type: ignore[arg-type]
+        # pwrite past the end would grow a truncated file back (with zeros): write only while it covers the
+        # layout. A truncation between this check and the write can still do so; HAMi-core then finds magic 0
+        # and initialises the file again, as it does for a new one.
+        self.check()
+        os.pwrite(self._fd, _I32.pack(value), off)
 
     @property
     def device_num(self) -> int:
-        return min(max(_U64.unpack_from(self._mm, self.layout.device_num)[0], 0), MAX_DEVICES)  # type: ignore[arg-type]
+        return min(max(_U64.unpack(self._read(self.layout.device_num, 8))[0], 0), MAX_DEVICES)
 
     @property
     def proc_num(self) -> int:
@@ -230,48 +240,42 @@ class RegionFile:
     @property
     def last_kernel_time(self) -> int:
         off = self.layout.last_kernel_time
-        return 0 if off is None else _I64.unpack_from(self._mm, off)[0]  # type: ignore[arg-type]
+        return 0 if off is None else _I64.unpack(self._read(off, 8))[0]
 
     def uuid_field(self, i: int) -> bytes:
-        off = self.layout.uuids + i * UUID_FIELD
-        return bytes(self._mm[off:off + UUID_FIELD])  # type: ignore[index]
+        return self._read(self.layout.uuids + i * UUID_FIELD, UUID_FIELD)
 
     def device_uuids(self) -> list[tuple[int, bytes, str]]:
         """``(index, raw 96-byte field, label)`` for each valid device (byte 0 not NUL, first 40 bytes UTF-8)."""
-        out = []
-        for i in range(self.device_num):
-            raw = self.uuid_field(i)
-            if raw[0] == 0:
-                continue
-            try:
-                label = raw[:UUID_LABEL].split(b"\0", 1)[0].decode("utf-8")
-            except UnicodeDecodeError:
-                continue
-            out.append((i, raw, label))
-        return out
+        lay = self.layout
+        return _device_uuids(self._read(0, lay.uuids + MAX_DEVICES * UUID_FIELD), lay)
 
     def snapshot(self) -> Snapshot:
-        """Every field the exporter needs, read in place after checking that the file still covers the layout."""
-        self.check()
-        lay, mm = self.layout, self._mm
-        devices = self.device_uuids()
-        n = self.proc_num
+        """Every field the exporter needs: the head (device table, limits), the trailer (counters) and the live
+        process slots, one ``pread`` each."""
+        lay = self.layout
+        head = self._read(0, lay.procs)
+        tail = self._read(lay.proc_num, lay.size - lay.proc_num)
+        n, switch, recent, priority = struct.unpack_from("<iiii", tail, 0)
+        n = min(max(n, 0), MAX_PROCS)
+        last = 0 if lay.last_kernel_time is None else _I64.unpack_from(tail, lay.last_kernel_time - lay.proc_num)[0]
+        devices = _device_uuids(head, lay)
         usage: list[DeviceUsage] = []
         if devices:
             dn = devices[-1][0] + 1
-            limits = np.ndarray((dn,), "<u8", buffer=mm, offset=lay.limit)  # type: ignore[call-overload]
-            sm_limits = np.ndarray((dn,), "<u8", buffer=mm, offset=lay.sm_limit)  # type: ignore[call-overload]
-            slots = np.ndarray((n,), lay.slot, buffer=mm, offset=lay.procs)  # type: ignore[call-overload]
-            live = slots[slots["status"] != 0]  # copies only the live slots
-            used = live["used"][:, :dn, :5].sum(axis=0, dtype=np.uint64) if len(live) else np.zeros((dn, 5), np.uint64)
-            sm = live["util"][:, :dn, 2].sum(axis=0, dtype=np.uint64) if len(live) else np.zeros(dn, np.uint64)
-            used_l, sm_l, lim_l, sml_l = used.tolist(), sm.tolist(), limits.tolist(), sm_limits.tolist()
-            del slots, live, limits, sm_limits  # release the buffer exports on the mapping
+            limits = np.frombuffer(head, "<u8", dn, lay.limit).tolist()
+            sm_limits = np.frombuffer(head, "<u8", dn, lay.sm_limit).tolist()
+            slots = np.frombuffer(self._read(lay.procs, n * lay.slot.itemsize), lay.slot, n) if n else None
+            live = slots[slots["status"] != 0] if slots is not None else ()
+            if len(live):
+                used = live["used"][:, :dn, :5].sum(axis=0, dtype=np.uint64).tolist()
+                sm = live["util"][:, :dn, 2].sum(axis=0, dtype=np.uint64).tolist()
+            else:
+                used, sm = [[0] * 5] * dn, [0] * dn
             for i, _raw, label in devices:
-                ctx, mod, data, _off, total = used_l[i]
-                usage.append(DeviceUsage(i, label, lim_l[i], sml_l[i], total, ctx, mod, data, sm_l[i]))
-        return Snapshot(lay.name, usage, n, self.utilization_switch, self.recent_kernel, self.priority,
-                        self.last_kernel_time)
+                ctx, mod, data, _off, total = used[i]
+                usage.append(DeviceUsage(i, label, limits[i], sm_limits[i], total, ctx, mod, data, sm[i]))
+        return Snapshot(lay.name, usage, n, switch, recent, priority, last)
 
     def __repr__(self) -> str:
         return f"RegionFile({self.path!r}, {self.layout.name})"
@@ -281,3 +285,21 @@ class RegionFile:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _device_uuids(head: bytes, lay: Layout) -> list[tuple[int, bytes, str]]:
+    """The valid devices of a region whose first bytes are ``head``: byte 0 of the UUID field is not NUL and its
+    first 40 bytes are UTF-8 (a container writes these bytes; the label must be valid text)."""
+    count = min(max(_U64.unpack_from(head, lay.device_num)[0], 0), MAX_DEVICES)
+    out = []
+    for i in range(count):
+        off = lay.uuids + i * UUID_FIELD
+        raw = head[off:off + UUID_FIELD]
+        if raw[0] == 0:
+            continue
+        try:
+            label = raw[:UUID_LABEL].split(b"\0", 1)[0].decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+        out.append((i, raw, label))
+    return out

@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry
 from hami_core.monitor.collector import MonitorCollector
 from hami_core.monitor.exposition import serve
 from hami_core.monitor.feedback import observe
+from hami_core.monitor.httpserver import MAX_CONNECTIONS, READ_DEADLINE_S
 from hami_core.monitor.nvml import NvmlSource
 from hami_core.monitor.store import ContainerStore, PodIndex
 
@@ -35,6 +36,8 @@ class MonitorOptions:
     interval_s: float = 5.0       # feedback / rescan period
     gc_after_s: float = 300.0     # HAMI_RESYNC_INTERVAL: grace before removing a dead pod's directory
     pod_resync_s: float = 30.0    # pod list cache
+    max_connections: int = MAX_CONNECTIONS   # /metrics connections served at once; more get 503
+    read_deadline_s: float = READ_DEADLINE_S  # a request head must arrive within this
 
 
 class Monitor:
@@ -82,7 +85,9 @@ class Monitor:
     def start(self) -> None:
         if not os.path.isdir(self.options.containers_dir):
             log.warning("containers dir %s does not exist (yet)", self.options.containers_dir)
-        self._server, thread = serve(self.registry, self.options.host, self.options.port)
+        self._server, thread = serve(self.registry, self.options.host, self.options.port,
+                                     max_connections=self.options.max_connections,
+                                     read_deadline_s=self.options.read_deadline_s)
         self._threads.append(thread)
         loop = threading.Thread(target=self._loop, name="hami-monitor-feedback", daemon=True)
         loop.start()

@@ -1,8 +1,12 @@
-"""The containers directory (node spec §3.2): one ``<podUID>_<container>/`` per container, mapped once, and the pods
+"""The containers directory (node spec §3.2): one ``<podUID>_<container>/`` per container, opened once, and the pods
 they belong to.
 
-:class:`ContainerStore` scans the directory, maps new cache files, drops vanished or shrunken ones, garbage-collects
-the directories of pods that are gone, and logs a file it cannot use **once** (again only when the reason changes).
+:class:`ContainerStore` scans the directory, opens new cache files, drops vanished or shrunken ones, garbage-collects
+the directories of pods that are gone, and skips an entry it cannot use with a log line: once per entry, again
+only when the reason changes and at most once every ``log_every_s`` (a container that truncates and rewrites its
+file in a loop changes the reason on every scan; the lines say how many problems they did not report).
+Directory names are chosen inside the containers; one that is not UTF-8 cannot be a Prometheus label and is
+skipped like any other bad entry.
 :class:`PodIndex` maps pod UIDs to Pods from a :class:`~hami_core.cluster.base.Cluster` (``list_pods``, cached).
 """
 
@@ -18,11 +22,26 @@ from typing import Any
 
 from hami_core.monitor.region import RegionError, RegionFile
 
-__all__ = ["ContainerEntry", "ContainerStore", "PodIndex", "split_dir_name"]
+__all__ = ["ContainerEntry", "ContainerStore", "PodIndex", "printable", "split_dir_name"]
 
 log = logging.getLogger("hami.monitor")
 
 VGPU_NODE_LABEL = "hami.io/vgpu-node"
+#: A bad entry is reported at most this often (seconds), however often its reason changes.
+LOG_EVERY_S = 600.0
+
+
+def printable(path: str) -> str:
+    """``path`` for a log line: bytes that are not UTF-8 (``os.scandir`` keeps them as surrogates) as ``\\xNN``."""
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def is_utf8(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: the name's bytes are not UTF-8
+        return False
+    return True
 
 
 def split_dir_name(name: str) -> tuple[str, str] | None:
@@ -44,12 +63,16 @@ class ContainerStore:
     """The loaded regions of ``root``; call :meth:`refresh` to pick up changes. Not thread-safe on its own."""
 
     def __init__(self, root: str | os.PathLike[str], *, gc_after_s: float = 300.0,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, log_every_s: float = LOG_EVERY_S,
+                 log_clock: Callable[[], float] = time.monotonic) -> None:
         self.root = os.fspath(root)
         self.gc_after_s = gc_after_s
         self.clock = clock
+        self.log_every_s = log_every_s
+        self.log_clock = log_clock
         self.entries: dict[str, ContainerEntry] = {}
-        self._failed: dict[str, tuple[Any, str]] = {}   # dir name -> (file signature, reason logged)
+        self._failed: dict[str, tuple[Any, str]] = {}   # dir name -> (file signature, last reason)
+        self._reported: dict[str, tuple[float, int]] = {}  # dir name -> (when last logged, problems not logged)
         self._root_error: str | None = None
 
     def __iter__(self) -> Iterator[ContainerEntry]:
@@ -64,16 +87,29 @@ class ContainerStore:
         self.entries.clear()
 
     # ------------------------------------------------------------------------------------------ logging
+    def _report(self, name: str, level: int, message: str, *args: Any) -> None:
+        """Log about entry ``name`` unless it was logged about less than ``log_every_s`` ago (then only count)."""
+        now = self.log_clock()
+        last = self._reported.get(name)
+        if last is not None and now - last[0] < self.log_every_s:
+            self._reported[name] = (last[0], last[1] + 1)
+            log.debug(message, *args)
+            return
+        untold = last[1] if last is not None else 0
+        self._reported[name] = (now, 0)
+        suffix = f" ({untold} more change(s) not logged since the last line)" if untold else ""
+        log.log(level, message + "%s", *args, suffix)
+
     def _fail(self, name: str, signature: Any, reason: str, level: int = logging.WARNING) -> None:
         previous = self._failed.get(name)
         self._failed[name] = (signature, reason)
         if previous is None or previous[1] != reason:
-            log.log(level, "skipping %s: %s", os.path.join(self.root, name), reason)
+            self._report(name, level, "skipping %s: %s", printable(os.path.join(self.root, name)), reason)
 
     # ------------------------------------------------------------------------------------------ refresh
     def refresh(self, alive_uids: set[str] | None = None) -> None:
         """Rescan ``root``. With ``alive_uids`` (the pods known on this node), directories of other pods that
-        were not modified for ``gc_after_s`` are unmapped and removed, as HAMi's monitor does."""
+        were not modified for ``gc_after_s`` are closed and removed, as HAMi's monitor does."""
         try:
             with os.scandir(self.root) as it:
                 dirs = {e.name: e for e in it if e.is_dir(follow_symlinks=False)}
@@ -87,9 +123,9 @@ class ContainerStore:
         for name in list(self.entries):
             if name not in dirs:
                 self.entries.pop(name).region.close()
-        for name in list(self._failed):
-            if name not in dirs:
-                del self._failed[name]
+        for known in (self._failed, self._reported):
+            for name in [n for n in known if n not in dirs]:
+                del known[name]
         now = self.clock()
         for name, dentry in dirs.items():
             parts = split_dir_name(name)
@@ -97,6 +133,9 @@ class ContainerStore:
                 self._fail(name, None, "directory name is not <podUID>_<container>", logging.DEBUG)
                 continue
             if alive_uids is not None and parts[0] not in alive_uids and self._collect_garbage(name, dentry, now):
+                continue
+            if not is_utf8(name):
+                self._fail(name, None, "directory name is not UTF-8 (it cannot be a metric label)")
                 continue
             entry = self.entries.get(name)
             if entry is not None:
@@ -116,12 +155,13 @@ class ContainerStore:
         if entry is not None:
             entry.region.close()
         self._failed.pop(name, None)
+        self._reported.pop(name, None)
         try:
             shutil.rmtree(dentry.path)
         except OSError as exc:
-            log.warning("cannot remove %s of a deleted pod: %s", dentry.path, exc.strerror or exc)
+            log.warning("cannot remove %s of a deleted pod: %s", printable(dentry.path), exc.strerror or exc)
         else:
-            log.info("removed %s: its pod is gone", dentry.path)
+            log.info("removed %s: its pod is gone", printable(dentry.path))
         return True
 
     def _still_valid(self, entry: ContainerEntry) -> bool:
@@ -132,7 +172,7 @@ class ContainerStore:
             self._fail(entry.name, None, "cache file disappeared")
             return False
         if st.st_ino != region.inode:
-            log.info("%s was replaced; remapping", region.path)
+            log.debug("%s was replaced; reopening", printable(region.path))
             return False
         try:
             region.check()
@@ -175,7 +215,8 @@ class ContainerStore:
             self._fail(name, signature, str(getattr(exc, "strerror", None) or exc))
             return
         if previous is not None:
-            log.info("loaded %s (%s) after earlier failure", file, region.layout.name)
+            self._report(name, logging.INFO, "loaded %s (%s) after earlier failure", printable(file),
+                         region.layout.name)
         self._failed.pop(name, None)
         self.entries[name] = ContainerEntry(name, pod_uid, container, path, region)
 

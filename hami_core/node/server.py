@@ -6,7 +6,9 @@ plugin directory when it restarts and re-creates ``kubelet.sock``; :class:`Kubel
 socket (a different inode) and the plugin restarts and registers again.
 
 Each physical device is advertised as ``DeviceInfo.count`` replicas ``<id>-<i>``; a health change of
-the device re-sends the full list on every open ListAndWatch stream.
+the device re-sends the full list on every open ListAndWatch stream. Allocate accepts only advertised IDs (any
+other is ``INVALID_ARGUMENT`` naming it, before the cluster is read) and hands the allocator the device each ID
+is a replica of, which must be the booking of the pod it serves (:mod:`hami_core.node.allocate`).
 """
 
 from __future__ import annotations
@@ -70,6 +72,8 @@ class DevicePluginServer(pb_grpc.DevicePluginServicer):
         self.numa_topology = numa_topology
         self.preferred_allocation = preferred_allocation
         self._devices = list(devices)
+        #: every advertised ID → the physical device it is a replica of: kubelet may only Allocate these
+        self._replicas = {rid: d.id for d in self._devices for rid in replica_ids(d)}
         self._health = {d.id: True for d in self._devices}
         self._changed = threading.Condition()
         self._version = 0
@@ -121,16 +125,42 @@ class DevicePluginServer(pb_grpc.DevicePluginServicer):
                 seen = self._version
             yield pb.ListAndWatchResponse(devices=self.device_list())
 
+    def physical_id(self, device_id: str) -> str:
+        """The physical device an advertised ID is a replica of (the ID itself when it is not advertised)."""
+        return self._replicas.get(device_id, device_id)
+
+    def unknown_ids(self, requests: Sequence[Sequence[str]]) -> str | None:
+        """Why kubelet's IDs are not a plausible request of this plugin's devices, or None: an ID it never
+        advertised, or one ID twice in a container (kubelet hands each replica to one container at a time)."""
+        if not requests:
+            return "Allocate without any container request"
+        for k, ids in enumerate(requests):
+            if not ids:
+                return f"container request {k} names no device ID"
+            for device_id in ids:
+                if device_id not in self._replicas:
+                    return (f"unknown device ID {device_id!r} in container request {k}: not one of the "
+                            f"{len(self._replicas)} IDs this plugin advertises for {self.resource_name}")
+            if len(set(ids)) != len(ids):
+                twice = next(i for i in ids if list(ids).count(i) > 1)
+                return f"device ID {twice!r} is listed twice in container request {k}"
+        return None
+
     def GetPreferredAllocation(self, request: Any, context: Any) -> Any:
         reqs = [PreferredRequest(tuple(r.available_deviceIDs), tuple(r.must_include_deviceIDs), r.allocation_size)
                 for r in request.container_requests]
-        answers = self.allocator.preferred(reqs)
+        answers = self.allocator.preferred(reqs, device_of=self.physical_id)
         return pb.PreferredAllocationResponse(container_responses=[
             pb.ContainerPreferredAllocationResponse(deviceIDs=ids) for ids in answers if ids is not None])
 
     def Allocate(self, request: Any, context: Any) -> Any:
+        requests = [list(r.devices_ids) for r in request.container_requests]
+        invalid = self.unknown_ids(requests)
+        if invalid is not None:  # checked before any pod is looked up: nothing is read or written
+            log.error("Allocate refused: %s", invalid)
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, invalid)
         try:
-            allocations = self.allocator.allocate([list(r.devices_ids) for r in request.container_requests])
+            allocations = self.allocator.allocate(requests, device_of=self.physical_id)
         except AllocateError as exc:
             log.error("Allocate: %s", exc)
             context.abort(grpc.StatusCode.UNKNOWN, str(exc))

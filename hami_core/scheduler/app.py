@@ -1,4 +1,4 @@
-"""Wiring: one engine, one lock, the sync feed, the extender, the webhook, the HTTP server and metrics."""
+"""Wiring: one engine, one lock, the sync feed, the extender, the webhook, the HTTP server(s) and metrics."""
 
 from __future__ import annotations
 
@@ -11,11 +11,13 @@ from typing import Any
 from hami_core.cluster.base import Cluster
 from hami_core.engine.facade import Engine
 from hami_core.scheduler.aioserver import AsyncSchedulerServer
+from hami_core.scheduler.auth import Auth
 from hami_core.scheduler.extender import Extender
+from hami_core.scheduler.identity import TrustedIdentities
 from hami_core.scheduler.inflight import DEFAULT_INFLIGHT_LIMIT
-from hami_core.scheduler.metrics import serve_metrics
+from hami_core.scheduler.metrics import MetricsServer, serve_metrics
 from hami_core.scheduler.nodelock import DEFAULT_RETRY_TIMEOUT_S, DEFAULT_TIMEOUT_S, DEFAULT_WAIT_S, WATCHED_POLL_S
-from hami_core.scheduler.server import SchedulerServer
+from hami_core.scheduler.routes import ALL_ROUTES, EXTENDER_ROUTES, WEBHOOK_ROUTES
 from hami_core.scheduler.sync import DEFAULT_INTERVAL_S, Sync
 from hami_core.scheduler.webhook import Webhook
 from hami_core.wire import keys
@@ -48,21 +50,43 @@ class Options:
     normal_events: bool = True
     resync_s: float = DEFAULT_INTERVAL_S
     sync_wait_s: float = 30.0
-    #: ``asyncio`` (httptools, the default) or ``threaded`` (``http.server``, one thread per connection).
+    #: ``--http-server``: ``asyncio`` (the hand-written httptools server, the default) or ``uvicorn``.
     http_server: str = "asyncio"
+    #: ``--webhook-bind``: serve ``/webhook`` (and the probes) on this address, and only ``/filter`` and ``/bind``
+    #: on ``host:port`` (None: everything on ``host:port``, as HAMi)
+    webhook_host: str | None = None
+    webhook_port: int = 9443
+    #: ``--client-ca-file``: ``/filter`` and ``/bind`` need a client certificate signed by this CA (needs TLS)
+    client_ca_file: str | None = None
+    #: ``--webhook-client-ca-file``: ``/webhook`` needs a client certificate signed by this CA (needs TLS)
+    webhook_client_ca_file: str | None = None
+    #: ``--extender-token-file``: bearer tokens that authorise ``/filter`` and ``/bind``
+    extender_token_file: str | None = None
+    #: ``--metrics-device-detail``: HAMi's per-device and per-pod series (off: one series per node and type)
+    metrics_device_detail: bool = False
+    #: ``--trusted-identities``: user names that may change scheduler-owned pod annotations (None: deploy/'s
+    #: ServiceAccounts of the scheduler and the device plugin)
+    trusted_users: tuple[str, ...] | None = None
+    #: ``--trusted-groups``: group names that may (none by default; ``system:nodes`` is not trusted)
+    trusted_groups: tuple[str, ...] = ()
 
 
-#: ``--http-server`` choices.
-HTTP_SERVERS = ("asyncio", "threaded")
+#: ``--http-server`` choices (the first is the default).
+HTTP_SERVERS = ("asyncio", "uvicorn")
 
 
-def make_server(kind: str, extender: Extender, webhook: Webhook, host: str, port: int,
-                **kwargs: Any) -> SchedulerServer | AsyncSchedulerServer:
-    """The HTTP server of ``kind`` (one of :data:`HTTP_SERVERS`); both answer alike (:mod:`.routes`)."""
+def make_server(kind: str, extender: Extender, webhook: Webhook, host: str, port: int, **kwargs: Any) -> Any:
+    """The HTTP server of ``kind`` (one of :data:`HTTP_SERVERS`); they answer alike (:mod:`.routes`) and take the
+    same keyword arguments (:class:`.aioserver.AsyncSchedulerServer`'s)."""
     if kind == "asyncio":
         return AsyncSchedulerServer(extender, webhook, host, port, **kwargs)
+    if kind == "uvicorn":
+        from hami_core.scheduler.asgi import UvicornSchedulerServer  # imports uvicorn only when chosen
+
+        return UvicornSchedulerServer(extender, webhook, host, port, **kwargs)
     if kind == "threaded":
-        return SchedulerServer(extender, webhook, host, port, **kwargs)
+        raise ValueError("the threaded HTTP server was retired (it could not bound a request's arrival time or "
+                         "its connections): choose one of " + ", ".join(HTTP_SERVERS))
     raise ValueError(f"unknown HTTP server {kind!r}: choose one of {', '.join(HTTP_SERVERS)}")
 
 
@@ -89,35 +113,63 @@ class Scheduler:
         # deleted node's mutex and a deleted pod's unwritten decision are forgotten
         self.sync.node_listeners.append(self.extender.locker.on_node_event)
         self.sync.pod_listeners.append(self.extender.on_pod_event)
+        self.extender.pods = self.sync.pods  # a request's pod is the one this feed holds, never the body's
         self.extender.locker.poll_s = WATCHED_POLL_S
-        self.webhook = Webhook(engine, engine_lock=self.lock)
-        self.server = make_server(self.options.http_server, self.extender, self.webhook, self.options.host,
-                                  self.options.port, cert_file=self.options.cert_file, key_file=self.options.key_file,
-                                  ready=lambda: self.sync.synced)
-        self.metrics: tuple[Any, threading.Thread] | None = None
+        self.webhook = Webhook(engine, engine_lock=self.lock,
+                               trusted=TrustedIdentities.of(self.options.trusted_users, self.options.trusted_groups))
+        options = self.options
+        self.auth = Auth.of(options.client_ca_file, options.extender_token_file, options.webhook_client_ca_file)
+        common = {"cert_file": options.cert_file, "key_file": options.key_file, "ready": lambda: self.sync.synced,
+                  "auth": self.auth}
+        split = options.webhook_host is not None
+        extender_cas = [options.client_ca_file] if options.client_ca_file else []
+        webhook_cas = [options.webhook_client_ca_file] if options.webhook_client_ca_file else []
+        #: the ``--http-bind`` listener (the extender's; everything's without ``--webhook-bind``, whose TLS then
+        #: verifies client certificates against both CAs)
+        self.server = make_server(options.http_server, self.extender, self.webhook, options.host, options.port,
+                                  serves=EXTENDER_ROUTES if split else ALL_ROUTES,
+                                  client_ca_file=extender_cas if split else list(dict.fromkeys(extender_cas
+                                                                                               + webhook_cas)),
+                                  **common)
+        #: the ``--webhook-bind`` listener, or None
+        self.webhook_server: Any = None
+        if split:
+            assert options.webhook_host is not None
+            try:
+                self.webhook_server = make_server(options.http_server, self.extender, self.webhook,
+                                                  options.webhook_host, options.webhook_port, serves=WEBHOOK_ROUTES,
+                                                  client_ca_file=webhook_cas, **common)
+            except BaseException:
+                self.server.shutdown()
+                raise
+        self.metrics: MetricsServer | None = None
+
+    @property
+    def servers(self) -> list[Any]:
+        """Every listener of the extender and webhook."""
+        return [self.server] + ([self.webhook_server] if self.webhook_server is not None else [])
 
     @property
     def metrics_url(self) -> str | None:
-        if self.metrics is None:
-            return None
-        host, port = self.metrics[0].server_address[:2]
-        return f"http://{host}:{port}/metrics"
+        return None if self.metrics is None else self.metrics.url
 
     def start(self) -> None:
         """Sync with the cluster, then serve HTTP and metrics in background threads."""
         self.sync.start()
         if self.options.metrics_host is not None:
             self.metrics = serve_metrics(self.engine, self.options.metrics_host, self.options.metrics_port,
-                                         self.lock, self.extender.locker)
-        self.server.start()
+                                         self.lock, self.extender.locker,
+                                         device_detail=self.options.metrics_device_detail)
+        for server in self.servers:
+            server.start()
 
     def stop(self) -> None:
         """Graceful shutdown: stop serving, stop the sync loop, close the cluster."""
         self.extender.locker.close()  # binds waiting for a node lock answer now, within the drain
-        self.server.shutdown()
+        for server in self.servers:
+            server.shutdown()
         if self.metrics is not None:
-            self.metrics[0].shutdown()
-            self.metrics[0].server_close()
+            self.metrics.shutdown()
         self.sync.stop()
         try:
             self.cluster.close()

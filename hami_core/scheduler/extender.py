@@ -15,6 +15,13 @@ Beyond HAMi, for reliability (docs/reliability.md):
 * bind re-checks, under the node lock, that the pod's devices still fit next to the pods already bound to the
   node, read fresh from the API server: the node lock serialises binds on a node across scheduler replicas,
   so two replicas whose ledgers lag each other's reservations can never over-commit a device.
+
+Trust (docs/security.md): a request body is believed for nothing but the namespace, name and UID it names. The pod
+a filter acts on is the one this scheduler's Pod watch holds under that name and UID (:mod:`.podview`; read once
+from the API server when the watch has not delivered it after a short wait), pending and for this scheduler; its
+annotations and requests are the view's, not the body's. A bind binds only such a pod that this scheduler filtered
+or that carries HAMi's allocation for the node named, read from the API server; a bind naming a pod it cannot
+identify changes nothing.
 """
 
 from __future__ import annotations
@@ -27,12 +34,13 @@ from typing import Any, NamedTuple
 
 from hami_core.cluster.base import Cluster, NotFoundError
 from hami_core.engine.facade import Engine
-from hami_core.engine.pods import annotations, metadata, pod_key, pod_ref, pod_shape_error
+from hami_core.engine.pods import annotations, is_terminal, metadata, pod_key, pod_ref, pod_shape_error
 from hami_core.plugins.errors import HamiError, TemporaryError
 from hami_core.plugins.types import LockSpec, MigInstance
 from hami_core.scheduler.bound import BoundLedgers
 from hami_core.scheduler.inflight import DEFAULT_INFLIGHT_LIMIT, InFlight
 from hami_core.scheduler.nodelock import DEFAULT_RETRY_TIMEOUT_S, DEFAULT_TIMEOUT_S, LockContention, NodeLocker, retry
+from hami_core.scheduler.podview import PodView, version_of
 from hami_core.wire import keys
 from hami_core.wire.reasons import parse_reasons
 from hami_core.wire.times import encode_unix_seconds
@@ -64,12 +72,20 @@ MAX_DECIDED = 65536
 #: Under ``--write-allocation bind``, a decision whose bind has not come this long after the filter is dropped
 #: with its reservation, unless the pod turns out to carry an allocation (read fresh). Nobody else knows of such a
 #: reservation: without expiry it would hold its devices for as long as its pod stays pending, for instance when
-#: the bind went to another replica (refused there) and the pod then found no room. Longer than kube-scheduler's
-#: longest gap between filter and bind (Permit waits, then PreBind's volume binding, 600 s by default); a bind
-#: that comes later still is refused and its pod filtered again.
-DECISION_TTL_S = 900.0
+#: the bind went to another replica (refused there), kube-scheduler's Permit or Reserve stage rejected the pod
+#: after the filter (an extender hears of neither), or the pod then found no room. kube-scheduler binds within
+#: a second of the filter; a bind that has come and waits for its node lock is never expired meanwhile. A bind
+#: that comes later still (PreBind waiting for a volume to be provisioned) is refused and its pod filtered again,
+#: which costs it one more scheduling cycle.
+DECISION_TTL_S = 30.0
+#: How long a filter waits for this scheduler's Pod watch to deliver the pod it names before reading the pod from
+#: the API server once (kube-scheduler filters a pod milliseconds after its creation; the watch lags as much).
+VIEW_WAIT_S = 0.5
 #: Pods kept from their filter for their bind (filtered, not yet bound); past this the oldest bind reads its pod.
 MAX_FILTERED = 8192
+#: Pods without device requests a filter passed, kept for their bind; past this the oldest is refused and filtered
+#: again.
+MAX_PASSED = 8192
 #: Expired decisions a filter checks at most (one pod read each), so that a filter never pays for many.
 EXPIRE_BATCH = 4
 
@@ -120,6 +136,8 @@ class Extender:
     :param inflight_limit: ``--node-inflight-limit`` (:mod:`.inflight`; 0 places as HAMi).
     :param normal_events: ``--normal-events``: post the Normal events HAMi posts for every pod (warnings are always
         posted).
+    :param pods: this scheduler's view of the pods (:attr:`Sync.pods <hami_core.scheduler.sync.Sync.pods>`), where
+        a filter finds the pod a request names; without one every filter reads its pod from the cluster.
     """
 
     def __init__(self, engine: Engine, cluster: Cluster, *, scheduler_name: str = keys.DEFAULT_SCHEDULER_NAME,
@@ -128,7 +146,7 @@ class Extender:
                  sync_wait_s: float = 30.0, clock: Callable[[], float] | None = None,
                  sleep: Callable[[float], None] | None = None, lock_wait: float = 0.0,
                  write_allocation: str = "filter", inflight_limit: int = DEFAULT_INFLIGHT_LIMIT,
-                 normal_events: bool = True) -> None:
+                 normal_events: bool = True, pods: PodView | None = None) -> None:
         if write_allocation not in WRITE_ALLOCATION:
             raise ValueError(f"unknown allocation write {write_allocation!r}: choose one of "
                              f"{', '.join(WRITE_ALLOCATION)}")
@@ -155,6 +173,19 @@ class Extender:
         self._filtered: OrderedDict[tuple[str, str], Mapping[str, Any]] = OrderedDict()
         #: pods between filter and Allocate per node (``--node-inflight-limit``; :mod:`.inflight`)
         self.inflight = InFlight(inflight_limit, self.clock)
+        #: where a request's pod is looked up (None: read from the cluster each time)
+        self.pods = pods
+        self.view_wait_s = VIEW_WAIT_S
+        #: the schedulerName of the pods this scheduler filters and binds (what its webhook writes into them)
+        self.ours = engine.config.scheduler.scheduler_name or "default-scheduler"
+        #: pod (namespace, name) → UID of pods without device requests that a filter passed, for their bind
+        self._passed: OrderedDict[tuple[str, str], str] = OrderedDict()
+        #: ``--write-allocation bind``: pods whose bind is under way (their decision does not expire meanwhile)
+        self._binding: set[tuple[str, str]] = set()
+        #: filters whose pod the view did not hold after the wait, so it was read from the API server
+        self.view_misses = 0
+        #: filters and binds refused because the pod named could not be identified as a pending pod of ours
+        self.refused = 0
 
     # ------------------------------------------------------------------------------------ filter
     def filter(self, args: Mapping[str, Any]) -> dict[str, Any]:
@@ -174,13 +205,21 @@ class Extender:
             raise BadRequest("ExtenderArgs.Nodes must be a NodeList object")
         if self.ready is not None and not self.ready(self.sync_wait_s):
             return filter_result(error="context cancelled")
+        if nodes is not None:  # a simulation changes nothing and tells nothing of other pods: the body will do
+            with self.lock:
+                empty = self.engine.requests(pod).empty
+            if empty:
+                return filter_result(node_names=list(names) if names is not None else None)
+            return self._simulate(pod, nodes)
 
+        pod, refusal = self._resolve(pod)
+        if pod is None:
+            return filter_result(error=refusal)
         with self.lock:
             requests = self.engine.requests(pod)
         if requests.empty:
+            self._pass(pod)
             return filter_result(node_names=list(names) if names is not None else None)
-        if nodes is not None:
-            return self._simulate(pod, nodes)
         names = names if names is not None else []
         if self.decided:
             self.expire_decisions(self.decision_ttl_s, limit=EXPIRE_BATCH)
@@ -233,6 +272,73 @@ class Extender:
                     f"find fit node({node}), {len(names) - len(decision.scores)} nodes not fit, "
                     f"{len(decision.scores)} nodes fit({fit})")
         return filter_result(node_names=[node])
+
+    def _resolve(self, body: Mapping[str, Any]) -> tuple[Mapping[str, Any] | None, str]:
+        """The pod ``body`` names (namespace, name, UID), as this scheduler's view holds it, and ``""``; or None and
+        why it is refused (the filter's Error: nothing is reserved, written or recorded).
+
+        Nothing else is read from the body: annotations, requests and schedulerName are the view's, so a crafted
+        body cannot choose another pod's devices, and one naming a pod that does not exist reserves nothing. The
+        view is waited for briefly (the watch may not have delivered a pod created a moment ago), then the pod is
+        read from the API server once.
+        """
+        meta = metadata(body)
+        name, uid = meta.get("name"), meta.get("uid")
+        namespace = meta.get("namespace") or "default"
+        for field, value in (("name", name), ("uid", uid)):
+            if not isinstance(value, str) or not value:
+                raise BadRequest(f"ExtenderArgs.Pod {pod_ref(body)}: metadata.{field} must be a non-empty string")
+        ref = f"{namespace}/{name}"
+        seen = (self.pods.wait(namespace, name, uid, self.view_wait_s, through=version_of(body))
+                if self.pods is not None else None)
+        if seen is not None and seen.pod is None:
+            return self._refuse(ref, "the pod has finished" if seen.finished else
+                                f"spec.nodeName: the pod is already bound to node {seen.node}")
+        if seen is not None and seen.pod is not None:
+            pod: Mapping[str, Any] = seen.pod
+        else:
+            if self.pods is not None:
+                self.view_misses += 1
+                log.info("filter: pod %s (UID %s) is not in the Pod watch (which is at resourceVersion %d); reading "
+                         "it", ref, uid, self.pods.high)
+            try:
+                pod = self.cluster.get_pod(namespace, name)
+            except NotFoundError:
+                return self._refuse(ref, f"metadata.name: no pod {name} exists in namespace {namespace}")
+            except Exception as exc:
+                return None, f"cannot read pod {ref}: {' '.join(str(exc).split()) or type(exc).__name__}"
+            stored = str(metadata(pod).get("uid") or "")
+            if stored != uid:
+                return self._refuse(ref, f"metadata.uid {uid} is not the UID of the pod of that name ({stored})")
+        shape = pod_shape_error(pod)  # the API server stores no such pod; an in-memory store may
+        if shape is not None:
+            return self._refuse(ref, f"as stored: {shape}")
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node or is_terminal(pod):
+            return self._refuse(ref, "the pod has finished" if not node else
+                                f"spec.nodeName: the pod is already bound to node {node}")
+        scheduler = (pod.get("spec") or {}).get("schedulerName") or "default-scheduler"
+        if scheduler != self.ours:
+            return self._refuse(ref, f"spec.schedulerName is {scheduler!r}, not {self.ours!r}: not a pod of this "
+                                "scheduler")
+        return pod, ""
+
+    def _refuse(self, ref: str, why: str) -> tuple[None, str]:
+        """A refused filter: logged (no Event: the pod named may not exist, or be another tenant's)."""
+        self.refused += 1
+        text = f"pod {ref}: {why}; nothing was reserved"
+        log.warning("filter refused: %s", text)
+        return None, text
+
+    def _pass(self, pod: Mapping[str, Any]) -> None:
+        """Remember a pod without device requests that a filter passed, for its bind (most recent
+        :data:`MAX_PASSED`)."""
+        key = _key(pod)
+        with self.lock:
+            self._passed[key] = str(metadata(pod).get("uid") or "")
+            self._passed.move_to_end(key)
+            while len(self._passed) > MAX_PASSED:
+                self._passed.popitem(last=False)
 
     def _write(self, what: str, step: Callable[[], Any]) -> Any:
         """``step()`` (an idempotent write), retried with the node lock's backoff on transient errors."""
@@ -314,19 +420,28 @@ class Extender:
         """``POST /bind``: ``ExtenderBindingArgs`` → ``ExtenderBindingResult``."""
         low = lower_keys(args, "ExtenderBindingArgs")
         name, namespace, uid, node = (low.get(k) for k in ("podname", "podnamespace", "poduid", "node"))
-        for field_name, value in (("PodName", name), ("Node", node)):
+        # kube-scheduler always sends the pod's UID: it is what tells the pod apart from a deleted one of its name
+        for field_name, value in (("PodName", name), ("PodUID", uid), ("Node", node)):
             if not isinstance(value, str) or not value:
                 raise BadRequest(f"ExtenderBindingArgs.{field_name} must be a non-empty string")
-        namespace = namespace if isinstance(namespace, str) and namespace else "default"
-        uid = uid if isinstance(uid, str) else ""
-        stub = {"metadata": {"name": name, "namespace": namespace, "uid": uid}}
-        try:
-            pod, from_filter = self._pod_to_bind(namespace, name, uid)
-        except Exception as exc:
-            with self.lock:
-                self.engine.unreserve(stub)
-            log.warning("bind %s/%s: %s", namespace, name, exc)
-            return {"Error": str(exc)}
+        if namespace is not None and not isinstance(namespace, str):
+            raise BadRequest(f"ExtenderBindingArgs.PodNamespace must be a string, got {type(namespace).__name__}")
+        namespace = namespace or "default"
+        assert isinstance(name, str) and isinstance(uid, str) and isinstance(node, str)  # checked above
+        found, from_filter, text = self._pod_to_bind(namespace, name, uid)
+        if found is None:
+            self.refused += 1
+            log.warning("bind %s/%s to %s refused: %s", namespace, name, node, text)
+            return {"Error": text}
+        pod = found
+        text, done = self._bind_refusal(pod, namespace, name, uid, node, from_filter)
+        if done:
+            log.info("bind %s/%s: already bound to node %s; nothing to do", namespace, name, node)
+            return {"Error": ""}
+        if text:
+            self.refused += 1
+            log.warning("bind %s/%s to %s refused: %s", namespace, name, node, text)
+            return {"Error": text}
         allocation: dict[str, str] = {}
         if self.decided is not None:
             pod, allocation, text = self._with_decision(pod, namespace, name, node)
@@ -334,6 +449,18 @@ class Extender:
                 log.warning("bind: %s", text)
                 self._event(pod, WARNING, BINDING_FAILED, text)
                 return {"Error": text}
+            with self.lock:
+                self._binding.add((namespace, name))  # its decision does not expire while it waits for the lock
+        try:
+            return self._bind_locked(pod, namespace, name, uid, node, allocation, from_filter)
+        finally:
+            if allocation or self.decided is not None:
+                with self.lock:
+                    self._binding.discard((namespace, name))
+
+    def _bind_locked(self, pod: Mapping[str, Any], namespace: str, name: str, uid: str, node: str,
+                     allocation: dict[str, str], from_filter: bool) -> dict[str, Any]:
+        """The bind of a pod identified and judged bindable: node lock, over-commit check, Binding."""
         try:
             node_obj, node_fresh = self._node_to_bind(node)
         except Exception as exc:
@@ -365,7 +492,6 @@ class Extender:
                     held.append(spec)
             pod = self._verify_fits(pod, node, seen or node_obj, fresh=not from_filter)
             phase = {keys.BIND_PHASE: keys.BIND_PHASE_ALLOCATING, keys.BIND_TIME: encode_unix_seconds(self.clock())}
-            uid = uid or str(metadata(pod).get("uid") or "")
             if allocation:  # --write-allocation bind: the decision is written here, with the bind phase and label
                 patch: dict[str, Any] = {"metadata": {"annotations": {**allocation, **phase},
                                                       "labels": {keys.VGPU_NODE: node}}}
@@ -403,10 +529,17 @@ class Extender:
         goes with the pod's removal from the ledger; a pod of the same name created since keeps its own decision
         (the UIDs differ), should the old pod's deletion be heard after the new pod was filtered."""
         self.inflight.on_pod_event(event, pod)
-        if event != "DELETED" or self.decided is None:
+        if event != "DELETED":
             return
         key, uid = _key(pod), str(metadata(pod).get("uid") or "")
         with self.lock:
+            if self._passed.get(key) == uid:
+                del self._passed[key]
+            filtered = self._filtered.get(key)
+            if filtered is not None and str(metadata(filtered).get("uid") or "") == uid:
+                del self._filtered[key]
+            if self.decided is None:
+                return
             decided = self.decided.get(key)
             if decided is not None and (not uid or not decided.uid or decided.uid == uid):
                 del self.decided[key]
@@ -422,8 +555,8 @@ class Extender:
         dropped = 0
         now = self.clock()
         while limit is None or dropped < limit:
-            with self.lock:
-                oldest = next(iter(self.decided.items()), None)
+            with self.lock:  # oldest first; a decision whose bind is under way is not expired under it
+                oldest = next(((k, d) for k, d in self.decided.items() if k not in self._binding), None)
             if oldest is None or now - oldest[1].at < max_age_s:
                 break
             (namespace, name), decided = oldest
@@ -484,9 +617,15 @@ class Extender:
         """
         with self.lock:
             decided = self.decided.get((namespace, name)) if self.decided is not None else None
-            if decided is None:  # only pods that request devices are decided; does this one?
-                if annotations(pod).get(keys.VGPU_NODE) or self.engine.requests(pod).empty:
-                    return pod, {}, ""
+            if decided is not None and decided.uid != str(metadata(pod).get("uid") or ""):
+                decided = None  # decided for an earlier pod of that name
+            if decided is None:  # the pod requests devices (checked by the caller)
+                chosen = annotations(pod).get(keys.VGPU_NODE)
+                if chosen == node:
+                    return pod, {}, ""  # another replica wrote its allocation
+                if chosen:
+                    return pod, {}, (f"pod {namespace}/{name} was filtered onto node {chosen}, not {node}; it must "
+                                     "be filtered again")
                 self.engine.unreserve(pod)
                 return pod, {}, (f"pod {namespace}/{name} carries no device allocation and this scheduler has "
                                  "not decided one; it must be filtered again")
@@ -509,17 +648,86 @@ class Extender:
             while len(self._filtered) > MAX_FILTERED:
                 self._filtered.popitem(last=False)
 
-    def _pod_to_bind(self, namespace: str, name: str, uid: str) -> tuple[Mapping[str, Any], bool]:
-        """(the pod, whether it is the filter's copy): as this replica's filter patch answered it (kube-scheduler
-        binds what it filtered a moment ago; :meth:`_verify_fits` takes it again as of the lock's write), else
-        read from the API server. ``--write-allocation bind`` always reads it: that bind needs another replica's
-        allocation, if any."""
+    def _pod_to_bind(self, namespace: str, name: str, uid: str) -> tuple[Mapping[str, Any] | None, bool, str]:
+        """(the pod, whether it is the filter's copy, ``""``), or (None, False, why not): as this replica's filter
+        patch answered it (kube-scheduler binds what it filtered a moment ago; :meth:`_verify_fits` takes it again
+        as of the lock's write), else read from the API server. ``--write-allocation bind`` always reads it: that
+        bind needs another replica's allocation, if any.
+
+        The pod must be the one of that name with ``uid``; when it is not, nothing is changed (no reservation of
+        anyone's is dropped), except that a pod this replica decided and that is gone loses its own reservation."""
+        ref = f"{namespace}/{name}"
         with self.lock:
-            cached = self._filtered.pop((namespace, name), None)
-        if cached is not None and self.decided is None and (
-                not uid or str(metadata(cached).get("uid") or "") == uid):
-            return cached, True
-        return self.cluster.get_pod(namespace, name), False
+            cached = self._filtered.get((namespace, name))
+            if cached is not None and str(metadata(cached).get("uid") or "") == uid:
+                del self._filtered[(namespace, name)]
+                if self.decided is None:
+                    return cached, True, ""
+        try:
+            fresh = self.cluster.get_pod(namespace, name)
+        except NotFoundError as exc:
+            self._forget(namespace, name, uid)
+            return None, False, f"pod {ref}: {exc}"
+        except Exception as exc:
+            return None, False, f"cannot read pod {ref}: {' '.join(str(exc).split()) or type(exc).__name__}"
+        stored = str(metadata(fresh).get("uid") or "")
+        if stored != uid:
+            return None, False, (f"pod {ref}: PodUID {uid} is not the UID of the pod of that name ({stored}); "
+                                 "nothing was changed")
+        return fresh, False, ""
+
+    def _forget(self, namespace: str, name: str, uid: str) -> None:
+        """The pod (namespace, name, ``uid``) is gone: what this replica decided for exactly that pod goes, with
+        its reservation (the watch's deletion does the same; this covers one it missed)."""
+        key = (namespace, name)
+        with self.lock:
+            if self._passed.get(key) == uid:
+                del self._passed[key]
+            if self.decided is None:
+                return
+            decided = self.decided.get(key)
+            if decided is not None and decided.uid == uid:
+                del self.decided[key]
+                self.engine.unreserve({"metadata": {"namespace": namespace, "name": name, "uid": uid}})
+
+    def _bind_refusal(self, pod: Mapping[str, Any], namespace: str, name: str, uid: str, node: str,
+                      from_filter: bool) -> tuple[str, bool]:
+        """(why ``pod`` cannot be bound to ``node`` here, or ``""``; whether it is bound there already). Judged on
+        the pod as stored (or as this replica's filter patch answered it), never on the request: a pod of this
+        scheduler, pending, that this scheduler filtered (no device request) or that carries HAMi's allocation
+        for ``node`` (under ``--write-allocation bind``, :meth:`_with_decision` also takes this replica's
+        decision). Nothing is changed here. The filter's copy may be older than another replica's filter of the
+        pod since: a node that differs from it is judged under the lock, from the Pod watch (:meth:`_verify_fits`)."""
+        ref = f"{namespace}/{name}"
+        shape = pod_shape_error(pod)
+        if shape is not None:
+            return f"pod {ref} as stored: {shape}", False
+        spec = pod.get("spec") or {}
+        scheduler = spec.get("schedulerName") or "default-scheduler"
+        if scheduler != self.ours:
+            return (f"pod {ref}: spec.schedulerName is {scheduler!r}, not {self.ours!r}: not a pod of this "
+                    "scheduler; nothing was changed"), False
+        bound = spec.get("nodeName")
+        if bound:
+            return ("", True) if bound == node else (f"pod {ref}: spec.nodeName: already bound to node {bound}; "
+                                                     "nothing was changed", False)
+        if is_terminal(pod):
+            return f"pod {ref} has finished; nothing was changed", False
+        with self.lock:
+            empty = self.engine.requests(pod).empty
+            passed = self._passed.get((namespace, name)) == uid
+        if empty:
+            return ("" if passed else f"pod {ref} requests no device and this scheduler has not filtered it; it "
+                    "must be filtered again"), False
+        if self.decided is not None:
+            return "", False
+        chosen = annotations(pod).get(keys.VGPU_NODE)
+        if not chosen:
+            return (f"pod {ref} carries no device allocation and this scheduler has not decided one; it must be "
+                    "filtered again"), False
+        if chosen != node and not from_filter:
+            return f"pod {ref} was filtered onto node {chosen}, not {node}; it must be filtered again", False
+        return "", False
 
     def _node_to_bind(self, node: str) -> tuple[Mapping[str, Any], bool]:
         """(the Node, whether it was read now): as the Node watch has it (the lock is a compare-and-swap on its
@@ -578,7 +786,7 @@ class Extender:
         listed = cached(node, str(metadata(node_obj).get("resourceVersion") or "")) if cached is not None else None
         if self.decided is None:
             view = self.cluster.cached_pod(namespace, name) if listed is not None else None  # type: ignore[attr-defined]
-            if view is not None:
+            if view is not None and metadata(view).get("uid") == metadata(pod).get("uid"):
                 pod = view
             elif not fresh:
                 pod = self.cluster.get_pod(namespace, name)

@@ -4,10 +4,19 @@ A lock is a Node annotation (``hami.io/mutex.lock`` for most vendors) whose valu
 ``<RFC3339>,<namespace>,<pod>`` (owned) or only ``<RFC3339>`` (Cambricon's owner-less lock). It is set with
 a JSON merge patch carrying ``metadata.resourceVersion``, so two schedulers racing for it cannot both win.
 
-* acquire: no lock → set; expired → break it, then set; held by the same pod → done; held by a pod
-  that is gone, finished or being deleted → break it, then set; otherwise :class:`LockContention`. Breaking
-  removes exactly the value judged expired or dangling (compare-and-delete): two schedulers that both saw the
-  same stale lock cannot remove the fresh lock one of them has just set (HAMi's force-release would).
+* acquire: no lock → set; held by the same pod → done; expired → break it, then set, unless its holder still
+  waits for Allocate (below); held by a pod that is gone, finished (Succeeded, Failed) or being deleted → break
+  it, then set; otherwise :class:`LockContention`. Breaking removes exactly the value judged expired or dangling
+  (compare-and-delete): two schedulers that both saw the same stale lock cannot remove the fresh lock one of
+  them has just set (HAMi's force-release would).
+* An expired lock is kept while its holder waits for Allocate (:func:`awaits_allocate`: alive, Pending, bound to
+  this node, ``bind-phase=allocating``; HAMi #3097). The lock is the only thing that tells the device plugin
+  which pod an Allocate is for (kubelet's request names no pod): a second pod bound while the first still waits
+  leaves two pods waiting on one node, and their Allocates can swap devices and memory limits. Expiry is for
+  holders whose Allocate will never come: a bind that died before the Binding (the holder is not bound), a
+  holder already allocated whose release was lost. A holder that waits forever is one whose kubelet never
+  admits it (kubelet down, node unreachable); the node lifecycle controller then evicts (deletes) it, and a
+  Terminating holder's lock is broken.
 * set/release retry 5 times with exponential backoff (100 ms, doubling, jitter 0.5) on anything but contention.
   A write whose response was lost is detected by re-reading the node: the lock is ours if it carries our
   owner (or, owner-less, exactly the value we wrote).
@@ -40,10 +49,10 @@ from hami_core.engine.pods import annotations, metadata
 from hami_core.plugins.errors import HamiError, TemporaryError, WireFormatError
 from hami_core.plugins.types import LockSpec
 from hami_core.wire import keys
-from hami_core.wire.lock import decode_node_lock, encode_lock_time, encode_node_lock
+from hami_core.wire.lock import NodeLockValue, decode_node_lock, encode_lock_time, encode_node_lock
 
-__all__ = ["DEFAULT_WAIT_S", "MAX_WAITERS", "WATCHED_POLL_S", "LockContention", "NodeLocker", "go_duration",
-           "is_pod_group_member", "retry"]
+__all__ = ["DEFAULT_WAIT_S", "MAX_WAITERS", "WATCHED_POLL_S", "LockContention", "NodeLocker", "awaits_allocate",
+           "go_duration", "is_pod_group_member", "retry"]
 
 log = logging.getLogger("hami.scheduler.nodelock")
 
@@ -59,6 +68,8 @@ CONTENTION_POLL_S = 0.1
 #: The poll of a waiting bind whose node locker hears the Node watch (:meth:`NodeLocker.node_changed` wakes it
 #: at once; the poll only covers an event the watch missed).
 WATCHED_POLL_S = 1.0
+#: Kept expired locks remembered so as to warn once per lock, not at every waiting bind's retry.
+MAX_KEPT_LOGGED = 1024
 
 
 class LockContention(TemporaryError):
@@ -134,6 +145,7 @@ class NodeLocker:
         self._queue_guard = threading.Lock()  # the one lock under every queue's condition
         self.poll_s = CONTENTION_POLL_S
         self._closed = False
+        self._kept: dict[tuple[str, str], str] = {}  # (node, annotation) → the kept expired lock last logged
         #: attempts that found the lock held and then waited (not those refused at once)
         self.contended = 0
         #: binds that waited and took the lock, and their seconds of waiting in all (``hami_node_lock_wait_*``)
@@ -312,11 +324,20 @@ class NodeLocker:
             raise HamiError(f"node {node}: {exc}") from None
         if seen is not None and not seen_fresh and spec.owned and lock.owned_by(namespace, name):
             return self._acquire_once(node, pod, spec)  # "ours" from a cached copy is judged from a fresh read
-        if self.clock() - lock.time.timestamp() > self._timeout(spec):
-            log.info("node %s: lock %r expired; breaking it", node, value)
-            self._break(node, spec, value)
-            return self._set(node, pod, spec)
-        if spec.owned and lock.owned_by(namespace, name):
+        mine = spec.owned and lock.owned_by(namespace, name)
+        age = self.clock() - lock.time.timestamp()
+        if age > self._timeout(spec):
+            if mine or lock.legacy or not self._holder_waits(lock.namespace or "", lock.name or "", node):
+                log.info("node %s: lock %r expired; breaking it", node, value)
+                self._break(node, spec, value)
+                return self._set(node, pod, spec)
+            self._log_kept(node, spec, value, lock, age)
+            raise LockContention(
+                f"node {node} is locked by pod {lock.namespace}/{lock.name}, which is bound there and still waits "
+                f"for its device plugin's Allocate (locked {go_duration(age)} ago, past the "
+                f"{go_duration(self._timeout(spec))} expiry; kept so that two pods' Allocates cannot be "
+                "confused): node lock contention")
+        if mine:
             return obj
         if not lock.legacy and self._owner_gone(lock.namespace or "", lock.name or ""):
             log.info("node %s: lock %r belongs to a pod that is gone or finished; breaking it", node, value)
@@ -324,21 +345,47 @@ class NodeLocker:
             return self._set(node, pod, spec)
         raise self._contention(node, spec)
 
-    def _owner_gone(self, namespace: str, name: str) -> bool:
-        """The lock's owner will never Allocate: gone, finished, or being deleted. kubelet admits no pod that is
-        being deleted, so a Terminating owner's lock would otherwise hold the node for the owner's whole grace
-        period (found on the real API server, where a deleted pod stays Terminating until its kubelet confirms).
-        An owner the Pod watch shows alive is taken as alive (a bind waiting for the lock asks at every Node
-        event; the watch brings news of its going); anything else is read from the API server."""
+    def _read_owner(self, namespace: str, name: str, *,
+                    trust_cached: Callable[[Mapping[str, Any]], bool]) -> Mapping[str, Any] | None:
+        """The lock owner as the Pod watch shows it when ``trust_cached`` accepts that copy, else as the API server
+        has it now; ``None`` when it is gone. A cached copy is trusted only for the answer that keeps the lock:
+        the watch brings news of a change to the waiting binds at their next Node event, while a stale copy that
+        breaks a lock would put two pods under it."""
         cached = getattr(self.cluster, "cached_pod", None)
         view = cached(namespace, name) if cached is not None else None
-        if view is not None and not _finished(view):
-            return False
+        if view is not None and trust_cached(view):
+            return view
         try:
-            owner = self.cluster.get_pod(namespace, name)
+            return self.cluster.get_pod(namespace, name)
         except NotFoundError:
-            return True
-        return _finished(owner)
+            return None
+
+    def _owner_gone(self, namespace: str, name: str) -> bool:
+        """The lock's owner will never Allocate: gone, finished (Succeeded or Failed: HAMi #3047; a pod kubelet
+        refused at admission is Failed), or being deleted. kubelet admits no pod that is being deleted, so a
+        Terminating owner's lock would otherwise hold the node for the owner's whole grace period (found on the
+        real API server, where a deleted pod stays Terminating until its kubelet confirms)."""
+        owner = self._read_owner(namespace, name, trust_cached=lambda view: not _finished(view))
+        return owner is None or _finished(owner)
+
+    def _holder_waits(self, namespace: str, name: str, node: str) -> bool:
+        """Whether the holder of an expired lock on ``node`` still waits for its Allocate there."""
+        owner = self._read_owner(namespace, name, trust_cached=lambda view: awaits_allocate(view, node))
+        return owner is not None and awaits_allocate(owner, node)
+
+    def _log_kept(self, node: str, spec: LockSpec, value: str, lock: NodeLockValue, age: float) -> None:
+        """Warn once per kept lock value (waiting binds re-decide at every Node event)."""
+        with self._guard:
+            if self._kept.get((node, spec.annotation)) == value:
+                return
+            self._kept[(node, spec.annotation)] = value
+            if len(self._kept) > MAX_KEPT_LOGGED:
+                self._kept.pop(next(iter(self._kept)))
+        log.warning("node %s: lock %s=%r is %s old, past its %s expiry, and is kept: pod %s/%s is bound here and "
+                    "still waits for its device plugin's Allocate. No other pod can be bound to the node until that "
+                    "pod is allocated, fails or is deleted; is the kubelet or the device plugin on %s down?",
+                    node, spec.annotation, value, go_duration(age), go_duration(self._timeout(spec)),
+                    lock.namespace, lock.name, node)
 
     def _set(self, node: str, pod: Mapping[str, Any], spec: LockSpec,
              seen: Mapping[str, Any] | None = None) -> Mapping[str, Any] | None:
@@ -413,6 +460,15 @@ class NodeLocker:
         with self._guard:
             self._mutexes.pop(node, None)
         self.node_changed(node)
+
+
+def awaits_allocate(pod: Mapping[str, Any], node: str) -> bool:
+    """Whether ``pod`` is bound to ``node`` and waits for its device plugin's Allocate there: not being deleted,
+    ``Pending``, ``spec.nodeName == node`` and ``hami.io/bind-phase=allocating`` (bind writes it with the Binding;
+    Allocate turns it into ``success`` or ``failed``)."""
+    return (not metadata(pod).get("deletionTimestamp") and (pod.get("status") or {}).get("phase") == "Pending"
+            and (pod.get("spec") or {}).get("nodeName") == node
+            and annotations(pod).get(keys.BIND_PHASE) == keys.BIND_PHASE_ALLOCATING)
 
 
 def _finished(pod: Mapping[str, Any]) -> bool:

@@ -11,6 +11,15 @@ visible: a Warning Event ``NodeQuarantined`` on the pod and on the node when it 
 ``NodeQuarantineLifted`` on the node when the pod is fixed or gone (the ``hami_node_quarantined`` metric
 shows the current state). Each registration pass also drops bookings of pods the API server no longer has
 (a reservation made just after the pod's deletion was seen would otherwise hold its devices forever).
+
+The pass lists pods outside the engine lock, while the watch goes on applying events, so a listed object may be
+older than what the watch applied meanwhile. As an informer does, a listed pod is not applied when the feed's copy
+is newer (:attr:`Sync.pods`, compared by resourceVersion, etcd's one revision counter), and a pod the watch touched
+(changed or deleted) while the list was taken is left as the watch has it: a re-filtered pod is not booked back on
+its old node, a deleted pod is not booked again. Watch events older than what the feed applied (a list got there
+first) are skipped for the same reason. The very version the feed holds is applied again: the engine skips it
+while its ledger still follows it, and re-books it when the extender changed the pod's booking since (a re-filter
+that found no node drops the reservation of a pod that still carries its last allocation).
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ from typing import Any
 from hami_core.cluster.base import Cluster
 from hami_core.engine.facade import Engine
 from hami_core.engine.pods import annotations, metadata, pod_key, pod_ref
+from hami_core.scheduler.podview import PodView, version_of
 from hami_core.wire import keys
 
 __all__ = ["Sync"]
@@ -68,6 +78,13 @@ class Sync:
         self.passes = 0
         #: pod key → (node, pod object) of pods whose allocation quarantines their node
         self._quarantined: dict[str, tuple[str, dict[str, Any]]] = {}
+        #: the pods as this feed applied them (the extender's view of who a request names)
+        self.pods = PodView()
+        #: while a pass lists pods: the (namespace, name) of every pod the watch changed or deleted since the list
+        #: began (engine lock)
+        self._touched: set[tuple[str, str]] | None = None
+        #: listed pods left alone by the last pass because the watch had applied a later state of them (tests)
+        self.skipped = 0
 
     # ------------------------------------------------------------------------------------ lifecycle
     @property
@@ -124,12 +141,28 @@ class Sync:
                 self.engine.remove_node(name)
         with self.lock:
             booked = set(self.engine.ledger.bookings) | set(self._quarantined)
-        pods = self.cluster.list_pods()
+            self._touched = set()
+        try:
+            pods = self.cluster.list_pods()
+        except BaseException:
+            with self.lock:
+                self._touched = None
+            raise
         listed = {pod_key(p) for p in pods}
         changes = []
+        skipped = 0
         with self.lock:
+            touched, self._touched = self._touched or set(), None
             for pod in pods:
-                changes.append(self._apply_pod("MODIFIED", pod))
+                if self._stale(pod, touched):
+                    skipped += 1
+                    continue
+                try:
+                    changes.append(self._apply_pod("MODIFIED", pod))
+                except Exception:  # one pod the engine cannot take must not cost every other pod its pass
+                    log.exception("pod %s: listed object not applied", pod_ref(pod))
+            self.skipped = skipped
+            self.pods.retain([*(_name(p) for p in pods), *touched])
             # Booked before the list was taken yet not listed: the pod is gone and its DELETED was missed.
             for key in sorted(booked - listed):
                 log.info("pod %s: no longer on the API server; releasing its booking", key)
@@ -166,7 +199,9 @@ class Sync:
         """Watch callback for Pods."""
         try:
             with self.lock:
-                change = self._apply_pod(event, pod)
+                if self._touched is not None:
+                    self._touched.add(_name(pod))
+                change = None if event != "DELETED" and self._behind(pod) else self._apply_pod(event, pod)
             self._announce(change)
         except Exception:
             log.exception("pod %s/%s: %s event not applied", metadata(pod).get("namespace"),
@@ -194,8 +229,10 @@ class Sync:
         (``"start"`` or ``"lift"``, node, pod, reason)."""
         key = pod_key(pod)
         if event == "DELETED":
+            self.pods.remove(pod)
             self.engine.remove_pod(pod)
         else:
+            self.pods.put(pod)  # first: a pod the engine cannot book is still one a filter may name (and refuse)
             self.engine.upsert_pod(pod)
         node = str(annotations(pod).get(keys.VGPU_NODE) or "")
         state = self.engine.nodes.get(node) if event != "DELETED" else None
@@ -208,6 +245,28 @@ class Sync:
             del self._quarantined[key]
             return "lift", before[0], before[1], ""
         return None
+
+    def _behind(self, pod: Mapping[str, Any]) -> bool:
+        """Whether a watch event brings an older version of a pod than the feed applied (a pass's list got there
+        first; the watch catches up in a moment). Engine lock held."""
+        seen = self.pods.get(*_name(pod))
+        if seen is None or seen.version is None or seen.uid != str(metadata(pod).get("uid") or ""):
+            return False
+        version = version_of(pod)
+        if version is None or version >= seen.version:
+            return False
+        log.debug("pod %s: watch event at resourceVersion %s is older than the listed %s; skipped", pod_ref(pod),
+                  version, seen.version)
+        return True
+
+    def _stale(self, pod: Mapping[str, Any], touched: set[tuple[str, str]]) -> bool:
+        """Whether a listed ``pod`` is no news: the watch touched its name while the list was taken, or the feed
+        holds that pod at a later version or a pod of that name created after it (engine lock held)."""
+        name = _name(pod)
+        if name in touched:
+            return True
+        seen = self.pods.get(*name)
+        return seen is not None and seen.newer_than(pod)
 
     def _announce(self, change: tuple[str, str, dict[str, Any], str] | None) -> None:
         """Events for a quarantine change (outside the engine lock: the cluster is called)."""
@@ -256,3 +315,8 @@ class Sync:
                 self.cluster.patch_node(name, {"metadata": {"annotations": patch}})
             except Exception as exc:  # HAMi only logs a failed handshake write
                 log.warning("node %s: cannot write %s: %s", name, sorted(status.patch), exc)
+
+
+def _name(pod: Mapping[str, Any]) -> tuple[str, str]:
+    meta = metadata(pod)
+    return str(meta.get("namespace") or "default"), str(meta.get("name") or "")

@@ -4,6 +4,13 @@ Both ``admission.k8s.io/v1`` and ``v1beta1`` are accepted and answered in the sa
 is an RFC 6902 JSON Patch, base64-encoded, computed as the difference between the raw incoming pod and
 :meth:`Engine.admit`'s result. :meth:`Engine.admit` also makes HAMi's ResourceQuota pre-check (§11.3): a pod whose
 request alone exceeds its namespace's quota is denied (403, reason ``Forbidden``) with "exceeding resource quota".
+
+Allocation identity (HAMi PRs #3042, #3074): the scheduler-owned annotations (:mod:`hami_core.wire.owned`) decide
+which devices the device plugin hands a container, so a pod CREATE carrying any of them is denied whoever sends
+it and whatever its schedulerName or ``hami.io/webhook`` label, and an UPDATE (of the pod or its ``status``
+subresource) that adds, changes or removes one is allowed only from a trusted identity
+(:class:`~hami_core.scheduler.identity.TrustedIdentities`, judged on ``request.userInfo``). An UPDATE is never
+mutated: it is allowed as sent or denied.
 """
 
 from __future__ import annotations
@@ -19,7 +26,9 @@ from hami_core.engine.facade import Engine
 from hami_core.engine.pods import metadata, pod_ref, pod_shape_error
 from hami_core.plugins.errors import AdmissionDenied, AdmissionFailed, HamiError
 from hami_core.scheduler.extender import BadRequest
+from hami_core.scheduler.identity import TrustedIdentities
 from hami_core.wire import keys
+from hami_core.wire.owned import changed_owned, first_owned, owned_annotations
 
 __all__ = ["Webhook", "json_patch", "pointer"]
 
@@ -80,12 +89,64 @@ def _deep_same(a: Any, b: Any) -> bool:
     return _same(a, b)
 
 
-class Webhook:
-    """Admits pods through :meth:`Engine.admit` (the engine lock is shared with the extender)."""
+def _forbidden(message: str) -> dict[str, Any]:
+    return {"allowed": False, "status": {"code": 403, "reason": "Forbidden", "message": message}}
 
-    def __init__(self, engine: Engine, *, engine_lock: threading.RLock | None = None) -> None:
+
+def _bad(message: str) -> dict[str, Any]:
+    return {"allowed": False, "status": {"code": 400, "message": message}}
+
+
+def _annotations(obj: Any, field: str) -> Mapping[str, Any] | str:
+    """``obj``'s ``metadata.annotations`` (``{}`` when absent), or the message of a 400 naming ``field``."""
+    if not isinstance(obj, Mapping):
+        return f"{field} is not a Pod object"
+    meta = obj.get("metadata")
+    if meta is None:
+        return {}
+    if not isinstance(meta, Mapping):
+        return f"{field}.metadata must be an object, got {type(meta).__name__}"
+    annos = meta.get("annotations")
+    if annos is None:
+        return {}
+    if not isinstance(annos, Mapping):
+        return f"{field}.metadata.annotations must be an object, got {type(annos).__name__}"
+    return annos
+
+
+def _ref(pod: Mapping[str, Any], request: Mapping[str, Any]) -> str:
+    """``namespace/name`` of the reviewed pod; a CREATE with ``generateName`` has no name yet."""
+    meta = metadata(pod)
+    namespace = meta.get("namespace") or request.get("namespace") or "default"
+    name = meta.get("name") or request.get("name")
+    if not name:
+        name = f"{meta['generateName']}*" if isinstance(meta.get("generateName"), str) else "<unnamed>"
+    return f"{namespace}/{name}"
+
+
+def _username(request: Mapping[str, Any]) -> str:
+    info = request.get("userInfo")
+    name = info.get("username") if isinstance(info, Mapping) else None
+    return name if isinstance(name, str) and name else "<no userInfo>"
+
+
+class Webhook:
+    """Admits pods through :meth:`Engine.admit` (the engine lock is shared with the extender) and guards the
+    scheduler-owned annotations of every pod.
+
+    :param trusted: who may change scheduler-owned annotations on UPDATE (default: deploy/'s ServiceAccounts of
+        the scheduler and the device plugin, :func:`~hami_core.scheduler.identity.default_users`).
+    """
+
+    def __init__(self, engine: Engine, *, engine_lock: threading.RLock | None = None,
+                 trusted: TrustedIdentities | None = None) -> None:
         self.engine = engine
         self.lock = engine_lock if engine_lock is not None else threading.RLock()
+        self.trusted = trusted if trusted is not None else TrustedIdentities.of()
+        #: every key only hami's components may write, from the engine's backends (a new vendor is covered)
+        self.owned: tuple[str, ...] = owned_annotations(engine.backends.values())
+        log.info("webhook: %d scheduler-owned annotation keys may be changed only by %s", len(self.owned),
+                 self.trusted.describe())
 
     def review(self, body: Any) -> dict[str, Any]:
         """Answer one ``AdmissionReview``; raises :class:`BadRequest` when it is not one."""
@@ -106,12 +167,33 @@ class Webhook:
         return {"apiVersion": version, "kind": "AdmissionReview", "response": response}
 
     def _respond(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        # kube-apiserver always sends the operation; a hand-made review without one is judged as a CREATE
+        operation = request.get("operation", "CREATE")
+        if operation == "UPDATE":
+            return self._update(request)
+        if operation != "CREATE":
+            if not isinstance(operation, str):
+                return _bad(f"request.operation must be a string, got {type(operation).__name__}")
+            # not registered for it (deploy/ sends CREATE and UPDATE): nothing of ours to judge
+            return {"allowed": True, "status": {"code": 200}}
+        return self._create(request)
+
+    def _create(self, request: Mapping[str, Any]) -> dict[str, Any]:
         pod = request.get("object")
         if not isinstance(pod, Mapping):
-            return {"allowed": False, "status": {"code": 400, "message": "request.object is not a Pod object"}}
+            return _bad("request.object is not a Pod object")
         shape = pod_shape_error(pod)
         if shape is not None:
-            return {"allowed": False, "status": {"code": 400, "message": f"request.object {pod_ref(pod)}: {shape}"}}
+            return _bad(f"request.object {pod_ref(pod)}: {shape}")
+        # Before the opt-out label and the schedulerName: a pod taking either path would keep an allocation it
+        # wrote itself, and the device plugin would serve it as if the scheduler had decided it.
+        owned = first_owned(metadata(pod).get("annotations") or {}, self.owned)
+        if owned is not None:
+            ref = _ref(pod, request)
+            log.warning("denied CREATE of pod %s by %s: it carries the scheduler-owned annotation %s", ref,
+                        _username(request), owned)
+            return _forbidden(f"pod {ref}: annotation {owned} is written by the HAMi scheduler and cannot be set "
+                              "when creating a pod")
         labels = metadata(pod).get("labels") or {}
         if isinstance(labels, Mapping) and labels.get(keys.WEBHOOK_LABEL) == keys.WEBHOOK_IGNORE:
             return {"allowed": True, "status": {"code": 200}}
@@ -133,3 +215,29 @@ class Webhook:
         log.debug("admitted %s/%s with %d patch operation(s)", metadata(pod).get("namespace"),
                   metadata(pod).get("name"), len(ops))
         return out
+
+    def _update(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        """Allow as sent, or deny: an UPDATE is never patched (the pod already exists; its spec is not ours to
+        default again). No engine state is read, so the engine lock is not taken."""
+        new = _annotations(request.get("object"), "request.object")
+        if isinstance(new, str):
+            return _bad(new)
+        old = _annotations(request.get("oldObject"), "request.oldObject")
+        if isinstance(old, str):
+            return _bad(f"{old} (an UPDATE review carries the pod before the change)")
+        key = changed_owned(old, new, self.owned)
+        if key is None:
+            return {"allowed": True, "status": {"code": 200}}
+        pod: Mapping[str, Any] = request["object"]
+        ref = _ref(pod, request)
+        if self.trusted.trusts(request.get("userInfo")):
+            log.debug("allowed UPDATE of %s on pod %s by %s", key, ref, _username(request))
+            return {"allowed": True, "status": {"code": 200}}
+        user = _username(request)
+        sub = request.get("subResource")
+        what = f"UPDATE of pods/{sub}" if isinstance(sub, str) and sub else "UPDATE"
+        log.warning("denied %s of pod %s by %s: it changes the scheduler-owned annotation %s (trusted: %s)",
+                    what, ref, user, key, self.trusted.describe())
+        return _forbidden(f"pod {ref}: annotation {key} is written by the HAMi scheduler and device plugin and "
+                          f"cannot be changed by {user} (only the identities of hami scheduler "
+                          "--trusted-identities may)")

@@ -124,7 +124,28 @@ def test_overlay_renders_with_kubectl(overlay: Path) -> None:
         if obj["kind"] not in cluster_scoped:
             assert obj["metadata"].get("namespace") == NAMESPACE, (obj["kind"], obj["metadata"]["name"])
     kinds = {o["kind"] for o in objs}
-    assert {"Deployment", "DaemonSet", "Service", "MutatingWebhookConfiguration", "PodDisruptionBudget"} <= kinds
+    assert {"Deployment", "DaemonSet", "Service", "MutatingWebhookConfiguration", "PodDisruptionBudget",
+            "NetworkPolicy"} <= kinds
+    for svc in (o for o in objs if o["kind"] == "Service"):   # nothing is published on the nodes
+        assert svc["spec"].get("type", "ClusterIP") == "ClusterIP", svc["metadata"]["name"]
+        assert all("nodePort" not in p for p in svc["spec"]["ports"]), svc["metadata"]["name"]
+    hami = next(c for o in objs if o["kind"] == "Deployment" for c in o["spec"]["template"]["spec"]["containers"]
+                if c["name"] == "vgpu-scheduler-extender")
+    metrics_bind = {e["name"]: e.get("value") for e in hami["env"]}["METRICS_BIND"]
+    scheduler_svc = next(o for o in objs if o["kind"] == "Service" and o["metadata"]["name"] == "hami-scheduler")
+    svc_ports = {p["name"] for p in scheduler_svc["spec"]["ports"]}
+    policies = {o["metadata"]["name"]: o for o in objs if o["kind"] == "NetworkPolicy"}
+    if overlay.name == "prometheus":   # metrics opened to Prometheus, and to Prometheus only
+        assert metrics_bind == "0.0.0.0:9395" and svc_ports == {"http", "monitor"}
+        (rule,) = policies["hami-prometheus"]["spec"]["ingress"]
+        assert rule["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+                                 "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}]
+        assert {p["port"] for p in rule["ports"]} == {"metrics", "monitorport"}
+        # the dashboard reads HAMi's per-device series, which the scheduler exports only when asked
+        assert "--metrics-device-detail" in hami["args"]
+    else:
+        assert metrics_bind == "127.0.0.1:9395" and svc_ports == {"http"} and "hami-prometheus" not in policies
+        assert "--metrics-device-detail" not in hami["args"]
     webhook = next(o for o in objs if o["kind"] == "MutatingWebhookConfiguration")
     if overlay.name == "cert-manager":
         assert webhook["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == f"{NAMESPACE}/hami-scheduler"
@@ -195,27 +216,31 @@ def _parse(args: list[str], env: dict[str, str]) -> Any:
     return cli._build_parser().parse_args(args)   # strict: an unknown flag exits
 
 
-def test_extender_points_at_the_hami_container_behind_the_service() -> None:
+def test_extender_is_on_loopback_and_the_webhook_behind_the_service() -> None:
+    """kube-scheduler reaches the extender on loopback (nothing outside the pod can call /filter or /bind);
+    kube-apiserver reaches the webhook through the Service, on the listener of --webhook-bind."""
     (ext,) = _scheduler_config()["extenders"]
     url = re.fullmatch(r"(https?)://127\.0\.0\.1:(\d+)", ext["urlPrefix"])
     assert url, ext["urlPrefix"]
     assert (url.group(1) == "https") == ext["enableHTTPS"]
     hami = _containers("Deployment", "hami-scheduler")["vgpu-scheduler-extender"]
-    args = _parse(hami["args"], {})
-    assert args.http_bind.rsplit(":", 1)[1] == url.group(2)
+    env = {e["name"]: e.get("value") for e in hami["env"]}
+    args = _parse(hami["args"], {"METRICS_BIND": str(env["METRICS_BIND"])})
+    assert args.http_bind == f"127.0.0.1:{url.group(2)}"
     assert bool(args.tls_cert and args.tls_key) == ext["enableHTTPS"]
     ports = {p["name"]: p["containerPort"] for p in hami["ports"]}
-    assert ports["https"] == int(url.group(2))
-    assert args.metrics_bind.rsplit(":", 1)[1] == str(ports["metrics"]) == "9395"
+    assert args.webhook_bind == f"0.0.0.0:{ports['webhook']}" and ports["webhook"] != int(url.group(2))
+    assert env["METRICS_BIND"] == args.metrics_bind == f"127.0.0.1:{ports['metrics']}" == "127.0.0.1:9395"
+    for probe in ("livenessProbe", "readinessProbe"):   # kubelet probes the pod IP: the webhook listener
+        assert hami[probe]["httpGet"]["port"] == "webhook" and hami[probe]["httpGet"]["scheme"] == "HTTPS"
     assert args.scheduler_name == "hami-scheduler" and args.device_config == "/device-config.yaml"
     assert args.kube_qps >= 50 and args.kube_burst >= 2 * args.kube_qps  # not HAMi's 5/10: see the manifest
     kube = _containers("Deployment", "hami-scheduler")["kube-scheduler"]
     assert "--config=/config/config.yaml" in kube["command"]
     svc = _get("Service", "hami-scheduler")
-    svc_ports = {p["name"]: p for p in svc["spec"]["ports"]}
-    assert svc_ports["http"]["port"] == 443 and svc_ports["http"]["nodePort"] == 31998
-    assert svc_ports["http"]["targetPort"] == "https"
-    assert svc_ports["monitor"]["port"] == 31993 and svc_ports["monitor"]["targetPort"] == "metrics"
+    assert svc["spec"]["type"] == "ClusterIP"
+    (port,) = svc["spec"]["ports"]   # the metrics port only with components/servicemonitor
+    assert (port["name"], port["port"], port["targetPort"]) == ("http", 443, "webhook") and "nodePort" not in port
     pod_labels = _get("Deployment", "hami-scheduler")["spec"]["template"]["metadata"]["labels"]
     assert svc["spec"]["selector"].items() <= pod_labels.items()
     assert pod_labels["hami.io/webhook"] == "ignore"
@@ -223,27 +248,86 @@ def test_extender_points_at_the_hami_container_behind_the_service() -> None:
     assert pdb["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
 
 
+def test_network_policies_open_only_the_webhook_port() -> None:
+    sched = _get("NetworkPolicy", "hami-scheduler")["spec"]
+    pod_labels = _get("Deployment", "hami-scheduler")["spec"]["template"]["metadata"]["labels"]
+    assert sched["podSelector"]["matchLabels"].items() <= pod_labels.items() and sched["policyTypes"] == ["Ingress"]
+    (rule,) = sched["ingress"]
+    assert rule["ports"] == [{"port": "webhook", "protocol": "TCP"}]   # the Service's target, nothing else
+    plugin = _get("NetworkPolicy", "hami-device-plugin")["spec"]
+    ds_labels = _get("DaemonSet", "hami-device-plugin")["spec"]["template"]["metadata"]["labels"]
+    assert plugin["podSelector"]["matchLabels"].items() <= ds_labels.items()
+    assert plugin["policyTypes"] == ["Ingress"] and not plugin.get("ingress")   # closed until Prometheus is let in
+    prom = _get("NetworkPolicy", "hami-prometheus")["spec"]
+    assert prom["podSelector"]["matchLabels"].items() <= pod_labels.items() & ds_labels.items()
+    named = {p["name"] for c in [*_containers("Deployment", "hami-scheduler").values(),
+                                 *_containers("DaemonSet", "hami-device-plugin").values()] for p in c.get("ports", [])}
+    assert {p["port"] for r in prom["ingress"] for p in r["ports"]} <= named
+
+
+def _deployed_engines() -> list[Engine]:
+    """Engines with every vendor section of HAMi's chart, and with deploy/'s device config."""
+    deployed = yaml.safe_load(_get("ConfigMap", "hami-scheduler-device")["data"]["device-config.yaml"])
+    return [Engine(yaml.safe_load(bundled("device-config.yaml"))), Engine(deployed)]
+
+
 def test_webhook_registration() -> None:
-    (hook,) = _get("MutatingWebhookConfiguration", "hami-webhook")["webhooks"]
-    assert hook["name"] == "vgpu.hami.io"
-    svc = hook["clientConfig"]["service"]
-    assert (svc["name"], svc["namespace"], svc["port"]) == ("hami-scheduler", NAMESPACE, 443)
-    assert svc["path"] == "/webhook"
+    create, update = _get("MutatingWebhookConfiguration", "hami-webhook")["webhooks"]
     from types import SimpleNamespace
 
     from hami_core.scheduler.routes import Routes
 
     served = Routes(SimpleNamespace(filter=None, bind=None), SimpleNamespace(review=None))  # type: ignore[arg-type]
-    assert served.unrouted(svc["path"]) is None and served.unrouted("/nowhere") is not None  # the servers route it
-    assert hook["failurePolicy"] == "Ignore" and hook["sideEffects"] == "None"
-    assert hook["rules"] == [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
-                              "resources": ["pods"], "scope": "*"}]
     expr = {"key": "hami.io/webhook", "operator": "NotIn", "values": ["ignore"]}
-    assert expr in hook["objectSelector"]["matchExpressions"]
-    assert expr in hook["namespaceSelector"]["matchExpressions"]
+    for hook in (create, update):
+        svc = hook["clientConfig"]["service"]
+        assert (svc["name"], svc["namespace"], svc["port"], svc["path"]) == ("hami-scheduler", NAMESPACE, 443,
+                                                                            "/webhook")
+        assert served.unrouted(svc["path"]) is None and served.unrouted("/nowhere") is not None  # the servers route it
+        assert hook["sideEffects"] == "None" and hook["reinvocationPolicy"] == "Never"
+        assert expr in hook["namespaceSelector"]["matchExpressions"]   # namespaces: the cluster admin's opt-out
+        # a pod's own label is the tenant's: it must not take the pod past the allocation-identity rule
+        assert "objectSelector" not in hook
+    assert create["name"] == "vgpu.hami.io" and create["failurePolicy"] == "Ignore"   # as HAMi
+    assert create["rules"] == [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                                "resources": ["pods"], "scope": "*"}]
+    assert "matchConditions" not in create
+    assert update["failurePolicy"] == "Fail"   # the guard fails closed
+    assert update["rules"] == [{"operations": ["UPDATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                                "resources": ["pods", "pods/status"], "scope": "*"}]
+    assert "admission.k8s.io/v1" in [f"admission.k8s.io/{v}" for v in update["admissionReviewVersions"]]
     tls = {v["name"]: v for v in _get("Deployment", "hami-scheduler")["spec"]["template"]["spec"]["volumes"]}["tls"]
     assert tls["secret"]["secretName"] == "hami-scheduler-tls"
     assert _get("Certificate", "hami-scheduler")["spec"]["secretName"] == "hami-scheduler-tls"
+    patch = _containers("Job", "hami-certgen")["patch"]["args"]
+    assert not any(a.startswith("--patch-failure-policy") for a in patch), "certgen would overwrite Fail"
+
+
+def test_update_match_conditions_agree_with_the_code() -> None:
+    """The CEL filter sends every update the webhook would deny: it watches a prefix of every scheduler-owned key
+    (derived from the installed vendor plugins, so a vendor with another prefix fails here) and exempts exactly
+    the identities the scheduler's --trusted-identities trusts."""
+    from hami_core.scheduler.identity import default_users
+    from hami_core.wire.owned import owned_annotations
+
+    (_, update) = _get("MutatingWebhookConfiguration", "hami-webhook")["webhooks"]
+    conditions = {c["name"]: c["expression"] for c in update["matchConditions"]}
+    assert set(conditions) == {"hami-annotation-changed", "not-a-hami-component"}
+    prefixes = re.findall(r"k\.startsWith\('([^']+)'\)", conditions["hami-annotation-changed"])
+    assert prefixes
+    for engine in _deployed_engines():
+        uncovered = [k for k in owned_annotations(engine.backends.values()) if not k.startswith(tuple(prefixes))]
+        assert not uncovered, f"matchConditions would not send updates of {uncovered}"
+    exempt = re.findall(r"'([^']+)'", conditions["not-a-hami-component"].split(" in ", 1)[1])
+    assert conditions["not-a-hami-component"].startswith("!(request.userInfo.username in [")
+    hami = _containers("Deployment", "hami-scheduler")["vgpu-scheduler-extender"]
+    args = _parse(hami["args"], {"POD_NAMESPACE": NAMESPACE})
+    assert sorted(exempt) == sorted(args.trusted_identities) == sorted(default_users(NAMESPACE))
+    sas = {(o["metadata"]["name"]) for o in _all_objects() if o["kind"] == "ServiceAccount"}
+    assert {u.rsplit(":", 1)[1] for u in exempt} <= sas, "trusted identities must be deploy/'s ServiceAccounts"
+    assert _containers("DaemonSet", "hami-device-plugin") and _get("DaemonSet", "hami-device-plugin")["spec"][
+        "template"]["spec"]["serviceAccountName"] == "hami-device-plugin"
+    assert _get("Deployment", "hami-scheduler")["spec"]["template"]["spec"]["serviceAccountName"] == "hami-scheduler"
 
 
 # --- node side -----------------------------------------------------------------------------------------
@@ -275,7 +359,8 @@ def test_daemonset() -> None:
     assert monitor.containers_dir == host["ctrs"] and monitor.port == 9394
     svc = _get("Service", "hami-device-plugin-monitor")
     (port,) = svc["spec"]["ports"]
-    assert (port["name"], port["port"], port["nodePort"], port["targetPort"]) == ("monitorport", 31992, 31992, 9394)
+    assert svc["spec"]["type"] == "ClusterIP" and "nodePort" not in port
+    assert (port["name"], port["port"], port["targetPort"]) == ("monitorport", 31992, 9394)
 
 
 # --- RBAC, derived from the client calls in the code ---------------------------------------------------

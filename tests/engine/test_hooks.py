@@ -166,6 +166,7 @@ def test_hook_hami_pod_bound(make_engine) -> None:
 
     engine = make_engine(None, Audit())
     pod = make_pod("p", acme(1, 100))
+    pod["spec"]["schedulerName"] = "hami-scheduler"  # as the webhook admits it: the extender filters only its own pods
     cluster = MemoryCluster([make_node("n", [acme_device(0)])], [pod])
     for node in cluster.list_nodes():
         engine.upsert_node(node)

@@ -115,3 +115,51 @@ def test_store_skips_a_planted_symlink_and_keeps_serving_others(cache_dir: Path)
     store.refresh()
     assert [e.name for e in store] == ["uid2_c"]
     store.close()
+
+
+_TRUNCATION_CHILD = r"""
+import os, random, sys, tempfile
+sys.path.insert(0, sys.argv[1])
+from monitor_helpers import Proc, region_bytes
+from hami_core.monitor.region import RegionError, RegionFile
+
+rng = random.Random(int(sys.argv[2]))
+ok = refused = 0
+with tempfile.TemporaryDirectory() as tmp:
+    path = os.path.join(tmp, "x.cache")
+    for _ in range(int(sys.argv[3])):
+        version = rng.choice([0, 1])
+        data = bytes(region_bytes(version=version, uuids=["GPU-0", "GPU-1"], limits=[1, 2],
+                                  procs=[Proc(used={0: (1, 2, 3, 4, 10)}, util={0: (0, 0, 5)})] * rng.randint(0, 5)))
+        with open(path, "wb") as f:
+            f.write(data)
+        region = RegionFile(path)
+        cut = rng.choice([0, 12, 4096, rng.randrange(len(data)), len(data) - 1, region.layout.proc_num])
+        os.truncate(path, cut)
+        if rng.random() < 0.3:  # a restarted container writes the file again, maybe only partly
+            with open(path, "r+b") as f:
+                f.write(data[:rng.randrange(len(data))])
+        for read in (region.snapshot, region.device_uuids, lambda: region.priority,
+                     lambda: setattr(region, "recent_kernel", -1), lambda: region.last_kernel_time):
+            try:
+                read()
+                ok += 1
+            except RegionError as exc:
+                assert "shrank" in exc.reason, exc.reason
+                refused += 1
+        region.close()
+print(ok, refused)
+"""
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_files_truncated_under_an_open_reader_give_values_or_region_errors(seed: int) -> None:
+    # In a child process: a reader that faults (SIGBUS from a mapping) kills the child, not pytest.
+    import subprocess
+
+    helpers = str(Path(__file__).parents[1] / "monitor")
+    proc = subprocess.run([sys.executable, "-c", _TRUNCATION_CHILD, helpers, str(seed), "150"], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
+    ok, refused = map(int, proc.stdout.split())
+    assert ok + refused == 150 * 5 and refused > 100, (ok, refused)

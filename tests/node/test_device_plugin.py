@@ -134,7 +134,7 @@ def test_list_and_watch_split_devices_and_health_change(app: DevicePluginApp, ku
 def test_allocate_consumes_annotation_marks_success_releases_lock(app, kubelet, cluster) -> None:
     reg = kubelet.next_registration()
     with kubelet.connect(reg.endpoint) as client:
-        resp = client.allocate([f"{GPU_B}-1"])
+        resp = client.allocate([f"{GPU_A}-1"])
     (ctr,) = resp.container_responses
     assert dict(ctr.envs) == {"ACME_VISIBLE": GPU_A, "ACME_MEM": "3000", "ACME_CTR": "0"}
     assert [(m.container_path, m.host_path, m.read_only) for m in ctr.mounts] == [("/acme", "/host/acme", True)]
@@ -145,6 +145,7 @@ def test_allocate_consumes_annotation_marks_success_releases_lock(app, kubelet, 
 
 
 def test_two_containers_two_calls(app, kubelet, cluster) -> None:
+    cluster.delete_pod("default", "p1")  # one pod waits for Allocate at a time
     cluster.add_pod(pod("p2", f"{GPU_A},ACME,1000,10:;{GPU_A},ACME,2000,0:{GPU_B},ACME,2000,0:;", containers=2))
     cluster.patch_node(NODE, {"metadata": {"annotations": {keys.NODE_LOCK: "2025-01-01T00:00:00Z,default,p2"}}})
     reg = kubelet.next_registration()
@@ -158,13 +159,24 @@ def test_two_containers_two_calls(app, kubelet, cluster) -> None:
     assert keys.NODE_LOCK not in cluster.get_node(NODE)["metadata"]["annotations"]
 
 
-def test_device_number_mismatch_fails_pod(app, kubelet, cluster) -> None:
+@pytest.mark.parametrize(("ids", "what"), [
+    ([f"{GPU_A}-0", f"{GPU_B}-0"], "device number not matched"),
+    ([f"{GPU_B}-1"], "devices not matched")])
+def test_kubelet_ids_for_other_devices_are_refused_and_nothing_written(app, kubelet, cluster, ids, what) -> None:
+    """kubelet's IDs name other devices than the pod's booking (HAMi serves the booking and ignores them; HAMi
+    also fails the pod on a count mismatch): the pod kubelet admits may not be p1, so p1 keeps its booking, its
+    bind phase and its lock for its own Allocate."""
+    before = cluster.get_pod("default", "p1")
     reg = kubelet.next_registration()
     with kubelet.connect(reg.endpoint) as client, pytest.raises(grpc.RpcError) as err:
-        client.allocate([f"{GPU_A}-0", f"{GPU_B}-0"])
-    assert "device number not matched" in err.value.details()
-    assert cluster.get_pod("default", "p1")["metadata"]["annotations"][keys.BIND_PHASE] == "failed"
-    assert keys.NODE_LOCK not in cluster.get_node(NODE)["metadata"]["annotations"]
+        client.allocate(ids)
+    assert err.value.details().startswith(f"pod default/p1: {what}: kubelet's IDs {', '.join(ids)} are devices ")
+    assert f"booked on {GPU_A}; " in err.value.details() and "nothing was written" in err.value.details()
+    after = cluster.get_pod("default", "p1")
+    assert after["metadata"]["annotations"] == before["metadata"]["annotations"]
+    assert cluster.get_node(NODE)["metadata"]["annotations"][keys.NODE_LOCK] == LOCK
+    with kubelet.connect(reg.endpoint) as client:  # p1's own Allocate still gets its devices
+        assert dict(client.allocate([f"{GPU_A}-1"]).container_responses[0].envs)["ACME_VISIBLE"] == GPU_A
 
 
 def test_malformed_annotation_fails_clearly(app, kubelet, cluster) -> None:
@@ -234,9 +246,10 @@ def test_physical_device_id() -> None:
 
 
 def test_one_allocate_costs_two_reads_and_two_writes(cluster) -> None:
-    """Allocate reads the node (its lock) and the pod, then writes the pod once (slot popped and, for its last
-    container, bind-phase success) and the node once (the lock released by compare-and-swap on the node it read);
-    it made seven calls before the real control plane's benchmark counted them."""
+    """Allocate reads the node (its lock) and lists the node's pods (the lock's owner among them, and whoever else
+    might be waiting), then writes the pod once (slot popped and, for its last container, bind-phase success) and
+    the node once (the lock released by compare-and-swap on the node it read); it made seven calls before the real
+    control plane's benchmark counted them."""
     from hami_core.node.allocate import Allocator
 
     calls: list[str] = []
@@ -262,13 +275,17 @@ def test_one_allocate_costs_two_reads_and_two_writes(cluster) -> None:
             calls.append("list pods")
             return super().list_pods()
 
+        def pods_on_node(self, node):
+            calls.append("list pods on node")
+            return super().pods_on_node(node)
+
     counting = Counting(nodes=[cluster.get_node(NODE)], pods=[cluster.get_pod("default", "p1")])
     vendor = AcmeVendor()
     allocator = Allocator(counting, NODE, BACKEND,
                           lambda pod, i, devices: vendor.hami_allocate(BACKEND, pod, i, devices))
     [result] = allocator.allocate([[f"{GPU_A}-0"]])
     assert result.env["ACME_VISIBLE"] == GPU_A
-    assert calls == ["get node", "get pod", "patch pod", "patch node"]
+    assert calls == ["get node", "list pods on node", "patch pod", "patch node"]
     stored = counting.get_pod("default", "p1")["metadata"]["annotations"]
     assert stored[keys.BIND_PHASE] == keys.BIND_PHASE_SUCCESS
     assert keys.NODE_LOCK not in counting.get_node(NODE)["metadata"]["annotations"]

@@ -121,6 +121,9 @@ class FaultyCluster:
     def list_pods(self) -> Any:
         return self._call("list_pods")
 
+    def pods_on_node(self, node: str) -> Any:
+        return self._call("pods_on_node", node)
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
@@ -186,7 +189,7 @@ def _allocate(kubelet: FakeKubelet, *, registered: bool = False) -> Any:
     """kubelet's Allocate for one container, after waiting for the plugin's (next) registration."""
     endpoint = "acme-gpu.sock" if registered else kubelet.next_registration().endpoint
     with kubelet.connect(endpoint) as client:
-        return client.allocate([f"{GPU_B}-1"])
+        return client.allocate([f"{GPU_A}-1"])
 
 
 def _assert_allocated_once(kube: KubeCluster, vendor: AcmeVendor, response: Any) -> None:
@@ -199,11 +202,13 @@ def _assert_allocated_once(kube: KubeCluster, vendor: AcmeVendor, response: Any)
 
 # ------------------------------------------------------------------------------------------- API errors
 @pytest.mark.parametrize(("method", "kind"), [
-    *((m, k) for m in ("get_node", "get_pod") for k in ("409", "500")),  # a read has no effect to lose
+    *((m, k) for m in ("get_node", "pods_on_node") for k in ("409", "500")),  # a read has no effect to lose
     *((m, k) for m in ("patch_pod", "patch_node") for k in ("409", "500", "lost"))])
 def test_one_api_error_on_any_call_is_retried(kube, kubelet, start_plugin, method: str, kind: str) -> None:
-    _, vendor = start_plugin(FaultyCluster(kube).fail(method, kind))
+    faulty = FaultyCluster(kube).fail(method, kind)
+    _, vendor = start_plugin(faulty)
     _assert_allocated_once(kube, vendor, _allocate(kubelet))
+    assert faulty.faults == []  # the fault struck (Allocate makes that call)
 
 
 def test_lost_patch_response_over_real_http_is_retried(api, kube, kubelet, start_plugin) -> None:
@@ -251,7 +256,7 @@ def _die_mid_allocate(kube: KubeCluster, kubelet: FakeKubelet, start_plugin: Any
     def call() -> None:
         with kubelet.connect(reg.endpoint) as client:
             try:
-                client.allocate([f"{GPU_B}-1"])
+                client.allocate([f"{GPU_A}-1"])
             except grpc.RpcError as exc:
                 errors.append(exc)
 
@@ -281,14 +286,21 @@ def test_plugin_restarted_mid_allocate(api, kube, kubelet, start_plugin, method:
             _allocate(kubelet, registered=True)
         assert err.value.details() == f"no binding pod found on node {NODE}"
         assert vendor.handed == [("p1", (GPU_A,))]
+        assert _lock(kube) is None
     else:
+        # the dead plugin wrote bind-phase=success with the consumed slot: p1 waits for no Allocate any more, so
+        # the retry is refused and writes nothing; the devices reached no container and are not handed out again
         with pytest.raises(grpc.RpcError) as err:
             _allocate(kubelet)
-        assert err.value.details() == (f"pod default/p1: no devices left to allocate in "
-                                       f"{keys.VGPU_DEVICES_TO_ALLOCATE}")
+        assert err.value.details() == f"no binding pod found on node {NODE}"
         assert vendor.handed == []
-        assert _annotations(kube)[keys.BIND_PHASE] == keys.BIND_PHASE_FAILED
-    assert _lock(kube) is None
+        assert _annotations(kube)[keys.BIND_PHASE] == keys.BIND_PHASE_SUCCESS
+        assert _lock(kube) == LOCK
+        # kubelet fails p1's admission: the next bind breaks the lock of a Failed owner
+        api.update("pods", "default", "p1", lambda pod: pod.__setitem__("status", {"phase": "Failed"}), None)
+        NodeLocker(kube, clock=lambda: 1735689600.0 + 10, sleep=lambda s: None).acquire(
+            NODE, _pod("p2"), LockSpec(keys.NODE_LOCK))
+        assert _lock(kube).endswith(",default,p2")
 
 
 def test_dead_plugin_without_retry_leaves_a_lock_the_scheduler_breaks(api, kube, kubelet, start_plugin) -> None:

@@ -29,11 +29,20 @@ from hami_core.scheduler.extender import Extender
 from hami_core.scheduler.nodelock import DEFAULT_WAIT_S
 from hami_core.scheduler.sync import Sync
 from hami_core.wire import keys
+from hami_core.wire.pods import decode_pod_single_device
 
 __all__ = ["Driver", "MemoryReplica", "Outcome", "ReplicaView", "bound_overcommit", "bound_pods_match_annotations",
            "check_capacity",
-           "device_usage", "fresh_engine", "gpu_pod", "kube_cluster", "ledger_view", "make_engine", "nvidia_node",
-           "start_replica", "wait_until"]
+           "device_usage", "fresh_engine", "gpu_pod", "kube_cluster", "kubelet_ids", "ledger_view", "make_engine",
+           "nvidia_node", "start_replica", "wait_until"]
+
+
+def kubelet_ids(pod: Mapping[str, Any], annotation: str = keys.VGPU_DEVICES_TO_ALLOCATE) -> list[list[str]]:
+    """The device IDs kubelet passes to Allocate for ``pod``, one list per container asking for devices: the
+    replicas ``<uuid>-<k>`` of its booked devices, as GetPreferredAllocation steers kubelet to them (the plugin
+    refuses IDs of other devices)."""
+    slots = decode_pod_single_device(annotations(pod).get(annotation) or "", key=annotation)
+    return [[f"{d.uuid}-{k}" for k, d in enumerate(slot)] for slot in slots if slot]
 
 
 def kube_cluster(server: FakeApiServer, *, request_timeout_s: float = 10.0) -> KubeCluster:
@@ -236,6 +245,11 @@ class Driver:
                 self._allocators[node] = Allocator(self.dp_cluster, node, self._backend, lambda *a: object())
             return self._allocators[node]
 
+    def allocate_pod(self, node: str, namespace: str, name: str) -> Any:
+        """kubelet admitting the pod: Allocate with the IDs of its booked devices (read as the plugin will)."""
+        pod = self.dp_cluster.get_pod(namespace, name)
+        return self.allocator(node).allocate(kubelet_ids(pod))
+
     def _pick(self) -> Scheduler:
         with self.rng_lock:
             return self.replicas[self.rng.randrange(len(self.replicas))]
@@ -265,7 +279,7 @@ class Driver:
                 time.sleep(0.0005 * min(attempt + 1, 10))
                 continue
             if self.allocate:
-                self.allocator(node).allocate([["GPU-0"]] * len(pod["spec"]["containers"]))
+                self.allocate_pod(node, meta["namespace"], meta["name"])
             with self._lock:
                 self.outcome.bound[meta["name"]] = node
             return

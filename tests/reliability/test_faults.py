@@ -9,6 +9,7 @@ requests; Allocate is the real :class:`~hami_core.node.allocate.Allocator` on th
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from datetime import datetime
@@ -161,7 +162,7 @@ def test_scheduler_killed_between_filter_and_bind(server: FakeApiServer) -> None
         meta = pod["metadata"]
         assert b.extender.bind({"PodName": "p", "PodNamespace": "default", "PodUID": meta["uid"],
                                 "Node": node}) == {"Error": ""}
-        Driver([b], kube_cluster(server), []).allocator(node).allocate([["GPU-0"]])
+        Driver([b], kube_cluster(server), []).allocate_pod(node, "default", "p")
         _bound_on_its_devices(server, "p", node)
         # another pod filtered now cannot take what p holds
         other = server.create("pods", "default", gpu_pod("q", mem=20000))
@@ -179,14 +180,17 @@ def test_scheduler_killed_between_bind_and_allocate(server: FakeApiServer) -> No
     b = start_replica(server)
     try:
         assert decode_node_lock(annotations(server.get("nodes", "", "n1"))[keys.NODE_LOCK]).owned_by("default", "p")
-        Driver([b], kube_cluster(server), []).allocator("n1").allocate([["GPU-0"]])  # Allocate arrives late
+        Driver([b], kube_cluster(server), []).allocate_pod("n1", "default", "p")  # Allocate arrives late
         _bound_on_its_devices(server, "p", "n1")
         _consistent(server, b)
     finally:
         b.stop()
 
 
-def test_lock_of_a_pod_whose_allocate_never_comes_expires_on_a_fake_clock(server: FakeApiServer) -> None:
+def test_lock_of_a_pod_still_waiting_for_allocate_is_kept_past_its_expiry(server: FakeApiServer) -> None:
+    """HAMi #3097: p is bound to n1 and its Allocate has not come (kubelet slow or down). Past the 5 minute
+    expiry its lock is kept (a second pod bound now would leave two pods waiting on n1, whose Allocates could
+    swap devices); p's late Allocate gets p's own devices, after which q is bound."""
     a = _setup(server)
     pod = server.create("pods", "default", gpu_pod("p", mem=8000))
     assert Driver([a], kube_cluster(server), ["n1"], allocate=False).run([pod], threads=1).bound == {"p": "n1"}
@@ -199,6 +203,45 @@ def test_lock_of_a_pod_whose_allocate_never_comes_expires_on_a_fake_clock(server
         outcome = Driver([b], kube_cluster(server), ["n1"], max_attempts=1).run([second], threads=1)
         assert outcome.pending and "node lock contention" in outcome.pending["q"]  # within the expiry: held
         now[0] += 301  # past the 5 minute expiry, without sleeping
+        outcome = Driver([b], kube_cluster(server), ["n1"], max_attempts=1).run([second], threads=1)
+        # the lock's time has whole seconds: 301 s on the fake clock reads as 5m1s or 5m2s
+        assert re.match(r"node n1 is locked by pod default/p, which is bound there and still waits for its device "
+                        r"plugin's Allocate \(locked 5m[12]s ago, past the 5m0s expiry", outcome.pending["q"])
+        assert decode_node_lock(annotations(server.get("nodes", "", "n1"))[keys.NODE_LOCK]).owned_by("default", "p")
+        Driver([b], kube_cluster(server), []).allocate_pod("n1", "default", "p")  # the Allocate comes at last
+        _bound_on_its_devices(server, "p", "n1")
+        assert Driver([b], kube_cluster(server), ["n1"]).run([second], threads=1).bound == {"q": "n1"}
+        _bound_on_its_devices(server, "q", "n1")
+        _consistent(server, b)
+    finally:
+        b.stop()
+
+
+@pytest.mark.parametrize("holder", ["never bound", "allocated, release lost"])
+def test_expired_lock_of_a_pod_that_waits_for_no_allocate_is_broken(server: FakeApiServer, holder: str) -> None:
+    """What expiry is for: the scheduler that took the lock died before the Binding (the holder is not bound), or
+    the holder was allocated but its lock release was lost. Within the expiry the lock holds; past it (fake clock,
+    no sleep) the next bind breaks it and binds."""
+    a = _setup(server)
+    p = server.create("pods", "default", gpu_pod("p", mem=8000))
+    if holder == "never bound":
+        a.stop()
+        lock = encode_node_lock(datetime.now().astimezone(), "default", "p")
+        server.patch("nodes", "", "n1", {"metadata": {"annotations": {keys.NODE_LOCK: lock}}})
+    else:
+        assert Driver([a], kube_cluster(server), ["n1"], allocate=False).run([p], threads=1).bound == {"p": "n1"}
+        a.stop()
+        lock = annotations(server.get("nodes", "", "n1"))[keys.NODE_LOCK]
+        Driver([a], kube_cluster(server), []).allocate_pod("n1", "default", "p")
+        server.patch("nodes", "", "n1", {"metadata": {"annotations": {keys.NODE_LOCK: lock}}})  # as if not released
+    now = [time.time()]
+    b = start_replica(server, clock=lambda: now[0], lock_timeout_s=300, lock_wait_s=0)
+    b.extender.locker.clock = lambda: now[0]
+    try:
+        second = server.create("pods", "default", gpu_pod("q", mem=8000))
+        outcome = Driver([b], kube_cluster(server), ["n1"], max_attempts=1).run([second], threads=1)
+        assert outcome.pending["q"] == "node n1 has been locked within 5m0s: node lock contention"
+        now[0] += 301
         assert Driver([b], kube_cluster(server), ["n1"]).run([second], threads=1).bound == {"q": "n1"}
         _bound_on_its_devices(server, "q", "n1")
         _consistent(server, b)
@@ -223,7 +266,7 @@ def test_a_bind_waits_for_the_lock_and_wakes_on_the_node_watch(server: FakeApiSe
         binder.start()
         assert wait_until(lambda: a.extender.locker.contended == 1, timeout_s=10)  # found it locked
         assert decode_node_lock(annotations(server.get("nodes", "", "n1"))[keys.NODE_LOCK]).owned_by("default", "p")
-        Driver([a], kube_cluster(server), []).allocator("n1").allocate([["GPU-0"]])  # p's Allocate: lock released
+        Driver([a], kube_cluster(server), []).allocate_pod("n1", "default", "p")  # p's Allocate: lock released
         binder.join(20)
         assert not binder.is_alive()
         assert outcome[0].bound == {"q": "n1"} and not outcome[0].pending
@@ -268,6 +311,7 @@ def test_node_deleted_with_a_lock_on_it(server: FakeApiServer) -> None:
         assert wait_until(lambda: "n1" not in svc.engine.nodes)
         # kube-scheduler's next cycle puts it elsewhere; the re-created node (no lock) takes pods again
         assert Driver([svc], dp, ["n1", "n2"]).run([late], threads=1).bound == {"late": "n2"}
+        server.delete("pods", "default", "holder")  # the pod garbage collector deletes a deleted node's pods
         server.create("nodes", "", nvidia_node("n1", gpus=1))
         again = server.create("pods", "default", gpu_pod("again", mem=4000))
         assert wait_until(lambda: "n1" in svc.engine.nodes)

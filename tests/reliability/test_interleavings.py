@@ -13,7 +13,7 @@ import contextlib
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from reliability.rel_helpers import MemoryReplica, check_capacity, device_usage, ledger_view
+from reliability.rel_helpers import MemoryReplica, check_capacity, device_usage, kubelet_ids, ledger_view
 from scheduler.sched_helpers import gpu_pod, make_engine, nvidia_node
 
 from hami_core.cluster.base import NotFoundError
@@ -59,7 +59,7 @@ def test_random_interleavings_keep_the_invariant(ops: list[tuple[str, int, int]]
             dp.node_name = pod["spec"]["nodeName"]
             # no pod binding on that node (the lock names another or a deleted pod, or it is done): an error
             with contextlib.suppress(AllocateError, NotFoundError):
-                dp.allocate([["GPU-0"]])
+                dp.allocate(kubelet_ids(pod)[:1] or [["GPU-0"]])  # kubelet's IDs: the first container's booking
         elif op == "delete" and pod is not None:
             store.delete_pod("default", name)
         elif op == "recreate" and pod is None:

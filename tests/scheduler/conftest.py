@@ -23,8 +23,9 @@ def cluster() -> MemoryCluster:
 
 @pytest.fixture
 def service(cluster: MemoryCluster) -> Iterator[Scheduler]:
+    # per-device metrics on: the tests read HAMi's per-device series (off by default, --metrics-device-detail)
     svc = Scheduler(make_engine(), cluster, Options(host="127.0.0.1", port=0, metrics_host="127.0.0.1",
-                                                     metrics_port=0, sync_wait_s=2.0))
+                                                     metrics_port=0, sync_wait_s=2.0, metrics_device_detail=True))
     svc.start()
     try:
         yield svc

@@ -23,7 +23,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.mark.parametrize("server", ["asyncio", "threaded"])
+@pytest.mark.parametrize("server", ["asyncio", "uvicorn"])
 def test_scheduler_serves_with_either_http_server(tmp_path: Path, server: str) -> None:
     cluster_file = tmp_path / "cluster.yaml"
     cluster_file.write_text(yaml.safe_dump_all([nvidia_node("node-a"), gpu_pod("p")]))

@@ -1,4 +1,4 @@
-"""Connection handling of both scheduler HTTP servers (``asyncio``, the default, and ``threaded``) over raw
+"""Connection handling of both scheduler HTTP servers (``asyncio``, the default, and ``uvicorn``) over raw
 sockets: pipelined requests, HTTP/1.0, ``Expect: 100-continue``, unsupported methods, a slow bind not holding
 up other clients, a busy port, and shutdown (idle connections closed, requests in flight answered within a grace
 period). The body limits and TLS are in tests/security."""
@@ -150,7 +150,7 @@ def test_a_slow_bind_does_not_hold_up_other_clients(serve: Callable[..., Any]) -
 def test_a_busy_port_fails_in_the_constructor(serve: Callable[..., Any]) -> None:
     server = serve()
     with pytest.raises(OSError):
-        make_server("threaded" if isinstance(server, AsyncSchedulerServer) else "asyncio", server.extender,
+        make_server("uvicorn" if isinstance(server, AsyncSchedulerServer) else "asyncio", server.extender,
                     server.webhook, "127.0.0.1", server.address[1])
     assert get(server.url + "/healthz")[0] == 200
 
@@ -233,8 +233,10 @@ def test_serve_forever_returns_when_shut_down_from_another_thread() -> None:
 
 def test_unknown_server_kind_is_refused() -> None:
     engine = make_engine()
-    with pytest.raises(ValueError, match="unknown HTTP server 'twisted': choose one of asyncio, threaded"):
+    with pytest.raises(ValueError, match="unknown HTTP server 'twisted': choose one of asyncio, uvicorn"):
         make_server("twisted", Extender(engine, MemoryCluster()), Webhook(engine), "127.0.0.1", 0)
+    with pytest.raises(ValueError, match="threaded HTTP server was retired"):
+        make_server("threaded", Extender(engine, MemoryCluster()), Webhook(engine), "127.0.0.1", 0)
 
 
 def test_asyncio_server_threads_do_not_grow_with_connections() -> None:
@@ -262,10 +264,10 @@ def test_asyncio_server_threads_do_not_grow_with_connections() -> None:
 
 def test_the_service_serves_with_asyncio_unless_told_otherwise_and_closes_unstarted() -> None:
     from hami_core.scheduler.app import Options, Scheduler
-    from hami_core.scheduler.server import SchedulerServer
+    from hami_core.scheduler.asgi import UvicornSchedulerServer
 
     for options, kind in ((Options(port=0, metrics_host=None), AsyncSchedulerServer),
-                          (Options(port=0, metrics_host=None, http_server="threaded"), SchedulerServer)):
+                          (Options(port=0, metrics_host=None, http_server="uvicorn"), UvicornSchedulerServer)):
         service = Scheduler(make_engine(), MemoryCluster(), options)
         assert isinstance(service.server, kind)
         # never started (e.g. the sync failed first): shutting down must not wait for a loop that never ran
@@ -293,7 +295,7 @@ def test_binds_waiting_on_the_api_server_do_not_hold_up_filters_or_admission() -
                                                  "NodeNames": ["node-a"]})[2]["NodeNames"] == ["node-a"]
         for name in ("b1", "b2"):  # the first holds the only bind thread, the second queues behind it
             binders.append(threading.Thread(target=post, args=(server.url + "/bind", {
-                "PodName": name, "PodNamespace": "default", "Node": "node-a"})))
+                "PodName": name, "PodNamespace": "default", "PodUID": f"uid-default-{name}", "Node": "node-a"})))
             binders[-1].start()
             assert cluster.entered.wait(WAIT_S)  # b1 is in before b2 is sent: b2 must not take the lock first
         status, _, result = post(server.url + "/filter", {"Pod": cluster.get_pod("default", "quick"),
@@ -307,3 +309,58 @@ def test_binds_waiting_on_the_api_server_do_not_hold_up_filters_or_admission() -
             binder.join(WAIT_S)
         server.shutdown()
     assert cluster.get_pod("default", "b1")["spec"].get("nodeName") == "node-a"
+
+
+@pytest.mark.parametrize("kind", HTTP_SERVERS)
+def test_webhook_bind_splits_the_webhook_from_the_extender(kind: str) -> None:
+    """``--webhook-bind``: /webhook and the probes on their own listener, /filter and /bind alone on --http-bind
+    (the sidecar layout keeps the latter on loopback)."""
+    from hami_core.scheduler.app import Options, Scheduler
+
+    cluster = MemoryCluster(nodes=[nvidia_node("node-a")], pods=[gpu_pod("p")])
+    service = Scheduler(make_engine(), cluster, Options(port=0, metrics_host=None, http_server=kind,
+                                                        webhook_host="127.0.0.1", webhook_port=0))
+    service.start()
+    try:
+        extender, webhook = service.server.url, service.webhook_server.url
+        assert extender != webhook and len(service.servers) == 2
+        filt = {"Pod": cluster.get_pod("default", "p"), "NodeNames": ["node-a"]}
+        assert post(extender + "/filter", filt)[2]["NodeNames"] == ["node-a"]
+        assert post(webhook + "/webhook", None, raw=REVIEW)[0] == 200
+        assert post(extender + "/webhook", None, raw=REVIEW)[0] == 404
+        assert post(webhook + "/filter", filt)[0] == 404 and post(webhook + "/bind", {"PodName": "p"})[0] == 404
+        assert get(webhook + "/healthz")[0] == 200 and get(webhook + "/readyz")[0] == 200
+        assert get(extender + "/healthz")[0] == 404  # the extender's listener serves the extender only
+    finally:
+        service.stop()
+    for url in (extender, webhook):
+        with pytest.raises(OSError):
+            get(url + "/healthz")
+
+
+def test_a_busy_webhook_port_closes_the_extender_listener_too() -> None:
+    from hami_core.scheduler.app import Options, Scheduler
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        with pytest.raises(OSError):
+            Scheduler(make_engine(), MemoryCluster(), Options(port=0, metrics_host=None, webhook_host="127.0.0.1",
+                                                               webhook_port=busy))
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--client-ca-file", "ca.crt"], "--client-ca-file needs TLS"),
+    (["--webhook-bind", "127.0.0.1:9555", "--http-bind", "127.0.0.1:9555"], "need different ports"),
+    (["--extender-token-file", "/nonexistent/token"], "extender token file /nonexistent/token"),
+])
+def test_scheduler_flag_mistakes_are_one_line_errors(capsys: pytest.CaptureFixture[str], tmp_path: Any,
+                                                     argv: list[str], message: str) -> None:
+    from hami_core.cli import main
+
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text("")
+    assert main(["scheduler", "--cluster-file", str(cluster), "--metrics-bind", "", *argv]) != 0
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err

@@ -123,13 +123,15 @@ def test_pod_group_member_waits_out_contention_until_deadline() -> None:
 
 def test_bind_rolls_back_when_binding_fails() -> None:
     cluster = MemoryCluster(nodes=[nvidia_node("n")])
-    pod = cluster.add_pod({**gpu_pod("p"), "spec": {**gpu_pod("p")["spec"], "nodeName": "elsewhere"}})
     extender = Extender(make_engine(), cluster)
+    extender.engine.upsert_node(cluster.get_node("n"))
+    pod = _filtered(cluster, extender, "p")
+    cluster.patch_pod("default", "p", {"spec": {"nodeName": "elsewhere"}})  # bound by someone else since the filter
     result = extender.bind({"PodName": "p", "PodNamespace": "default", "PodUID": pod["metadata"]["uid"],
                             "Node": "n"})
     assert "already assigned" in result["Error"]
     assert _lock(cluster) is None
-    assert [e["reason"] for e in cluster.events] == ["BindingFailed"]
+    assert [e["reason"] for e in cluster.events] == ["FilteringSucceed", "BindingFailed"]
 
 
 def test_json_patch_escapes_pointers_and_round_trips() -> None:
@@ -216,10 +218,13 @@ def _filtered_on_raced_node() -> tuple[RacedNode, Extender, list[float]]:
     return cluster, ext, slept
 
 
+_BIND_P = {"PodName": "p", "PodNamespace": "default", "PodUID": "uid-default-p", "Node": "n"}
+
+
 def test_bind_reads_the_node_once_and_locks_from_that_read() -> None:
     cluster, ext, _ = _filtered_on_raced_node()
     cluster.reads = 0
-    assert ext.bind({"PodName": "p", "PodNamespace": "default", "Node": "n"}) == {"Error": ""}
+    assert ext.bind(_BIND_P) == {"Error": ""}
     assert cluster.reads == 1  # one GET of the Node; the lock is a compare-and-swap on that read
     assert decode_node_lock(_lock(cluster) or "").owned_by("default", "p")
 
@@ -227,7 +232,7 @@ def test_bind_reads_the_node_once_and_locks_from_that_read() -> None:
 def test_a_lock_taken_after_binds_read_is_not_overwritten() -> None:
     cluster, ext, slept = _filtered_on_raced_node()
     cluster.reads, cluster.race_after = 0, 1  # the other replica locks right after bind's read
-    result = ext.bind({"PodName": "p", "PodNamespace": "default", "Node": "n"})
+    result = ext.bind(_BIND_P)
     assert "node lock contention" in result["Error"]
     assert decode_node_lock(_lock(cluster) or "").owned_by("default", "other")  # its lock stands
     assert not cluster.get_pod("default", "p")["spec"].get("nodeName")
@@ -238,7 +243,7 @@ def test_a_node_changed_after_binds_read_is_locked_from_a_fresh_read_at_once() -
     cluster, ext, slept = _filtered_on_raced_node()
     cluster.reads, cluster.race_after = 0, 1
     cluster.race = {"example.com/unrelated": "changed"}  # e.g. the device plugin's heartbeat
-    assert ext.bind({"PodName": "p", "PodNamespace": "default", "Node": "n"}) == {"Error": ""}
+    assert ext.bind(_BIND_P) == {"Error": ""}
     assert cluster.reads == 2  # bind's read, then one fresh read after the conflict
     assert decode_node_lock(_lock(cluster) or "").owned_by("default", "p") and slept == []
     assert cluster.get_pod("default", "p")["spec"]["nodeName"] == "n"

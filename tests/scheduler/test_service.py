@@ -71,6 +71,7 @@ def test_keys_are_case_insensitive(service: Scheduler, cluster: MemoryCluster) -
 def test_pod_without_device_request_echoes_node_names(service: Scheduler, cluster: MemoryCluster) -> None:
     pod = gpu_pod("plain")
     pod["spec"]["containers"][0].pop("resources")
+    pod = cluster.add_pod(pod)
     _, _, result = post(service.server.url + "/filter", {"Pod": pod, "NodeNames": ["x", "y"]})
     assert result["NodeNames"] == ["x", "y"] and result["FailedNodes"] is None
     assert not cluster.events
@@ -170,11 +171,15 @@ def test_binds_for_one_node_wait_for_the_device_plugin_in_turn(service: Schedule
 
 
 def test_bind_of_unknown_pod_or_node_is_an_error(service: Scheduler, cluster: MemoryCluster) -> None:
-    _, _, result = post(service.server.url + "/bind", {"PodName": "nope", "PodNamespace": "default", "Node": "node-a"})
+    _, _, result = post(service.server.url + "/bind", {"PodName": "nope", "PodNamespace": "default",
+                                                       "PodUID": "uid-nope", "Node": "node-a"})
     assert "not found" in result["Error"]
-    cluster.add_pod(gpu_pod("p"))
-    _, _, result = post(service.server.url + "/bind", {"PodName": "p", "PodNamespace": "default", "Node": "ghost"})
-    assert "not found" in result["Error"] and _events(cluster, "BindingFailed") == ["failed to get node ghost"]
+    pod = cluster.add_pod(gpu_pod("p"))
+    assert post(service.server.url + "/filter", {"Pod": pod, "NodeNames": ["node-a"]})[2]["NodeNames"] == ["node-a"]
+    cluster.delete_node("node-a")  # gone between filter and bind
+    _, _, result = post(service.server.url + "/bind", {"PodName": "p", "PodNamespace": "default",
+                                                       "PodUID": pod["metadata"]["uid"], "Node": "node-a"})
+    assert "not found" in result["Error"] and _events(cluster, "BindingFailed") == ["failed to get node node-a"]
 
 
 def test_malformed_bodies_get_400_with_a_message(service: Scheduler) -> None:

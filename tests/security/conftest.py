@@ -1,18 +1,22 @@
 """Servers for the security tests: the real scheduler HTTP servers (extender + webhook on an NVIDIA engine and a
-MemoryCluster), plain or TLS with a freshly generated self-signed certificate, with a short client timeout.
-Every test runs against both servers (``asyncio``, the default, and ``threaded``): they must answer alike."""
+MemoryCluster), plain or TLS with a freshly generated self-signed certificate (or the mutual-TLS PKI of
+``pki.py``), with short client and request timeouts. Every test runs against every server kind
+(``asyncio``, the default, and ``uvicorn``): they must answer alike."""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "scheduler"))
+sys.path.insert(0, str(Path(__file__).parent))
 
-from sched_helpers import make_engine, nvidia_node
+from pki import Pki, make_pki
+from sched_helpers import gpu_pod, make_engine, nvidia_node
 
 from hami_core.cluster.memory import MemoryCluster
 from hami_core.scheduler.app import HTTP_SERVERS
@@ -24,6 +28,7 @@ from hami_core.scheduler.webhook import Webhook
 
 #: Short, so that the slow-client tests finish quickly; each test waits for the server to act, not for a time.
 CLIENT_TIMEOUT_S = 1.0
+REQUEST_TIMEOUT_S = 1.0
 
 
 @pytest.fixture(scope="session")
@@ -31,17 +36,32 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return write_self_signed(tmp_path_factory.mktemp("tls"))
 
 
+@pytest.fixture(scope="session")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
 @pytest.fixture(params=HTTP_SERVERS)
-def make_server(request: pytest.FixtureRequest, certs: tuple[Path, Path]) -> Iterator[Callable[..., SchedulerServer]]:
+def server_kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def make_server(server_kind: str, certs: tuple[Path, Path]) -> Iterator[Callable[..., SchedulerServer]]:
     started: list[SchedulerServer] = []
 
-    def make(*, tls: bool = False, client_timeout_s: float = CLIENT_TIMEOUT_S) -> SchedulerServer:
-        engine = make_engine()
-        cluster = MemoryCluster(nodes=[nvidia_node("node-a")])
-        cert, key = certs if tls else (None, None)
-        server = make_http_server(request.param, Extender(engine, cluster), Webhook(engine), "127.0.0.1", 0,
-                                  cert_file=str(cert) if cert else None, key_file=str(key) if key else None,
-                                  client_timeout_s=client_timeout_s)
+    def make(*, tls: bool = False, client_timeout_s: float = CLIENT_TIMEOUT_S,
+             request_timeout_s: float = REQUEST_TIMEOUT_S, webhook: Any = None, engine: Any = None,
+             **kwargs: Any) -> SchedulerServer:
+        engine = engine or make_engine()
+        cluster = MemoryCluster(nodes=[nvidia_node("node-a")], pods=[gpu_pod("p")])
+        for node in cluster.list_nodes():
+            engine.upsert_node(node)
+        if tls and "cert_file" not in kwargs:
+            kwargs.update(cert_file=str(certs[0]), key_file=str(certs[1]))
+        server = make_http_server(server_kind, Extender(engine, cluster), webhook or Webhook(engine), "127.0.0.1",
+                                  0, client_timeout_s=client_timeout_s, request_timeout_s=request_timeout_s,
+                                  **kwargs)
         server.start()
         started.append(server)
         return server

@@ -24,7 +24,7 @@ EXPECTED: dict[tuple[str, str], set[tuple[str, str, tuple[str, ...], str]]] = {
         ("coordination.k8s.io", "leases", ("hami-scheduler",), "update")},
     ("ClusterRole", "hami-device-plugin-monitor"): {
         ("", "nodes", (), "get"), ("", "nodes", (), "patch"),
-        ("", "pods", (), "get"), ("", "pods", (), "list"), ("", "pods", (), "patch")},
+        ("", "pods", (), "list"), ("", "pods", (), "patch")},
     ("Role", "hami-certgen"): {
         ("", "secrets", (), "create"), ("", "secrets", ("hami-scheduler-tls",), "get")},
     ("ClusterRole", "hami-certgen"): {

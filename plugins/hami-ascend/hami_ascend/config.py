@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from hami_core.engine.config import pydantic_error
 from hami_core.plugins.errors import ConfigError
+from hami_core.wire.common import INT32_MAX  # memory (MiB), AI cores and CPUs are HAMi's int32 on the wire
 
 SECTION = "vnpus"
 _FORBIDDEN = (",", ":", ";")
@@ -23,9 +24,9 @@ class Template(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
 
     name: str = Field(min_length=1)
-    memory: int = Field(ge=0)
-    ai_core: int = Field(0, alias="aiCore", ge=0)
-    ai_cpu: int = Field(0, alias="aiCPU", ge=0)
+    memory: int = Field(ge=0, le=INT32_MAX)
+    ai_core: int = Field(0, alias="aiCore", ge=0, le=INT32_MAX)
+    ai_cpu: int = Field(0, alias="aiCPU", ge=0, le=INT32_MAX)
 
 
 class ChipConfig(BaseModel):
@@ -42,11 +43,11 @@ class ChipConfig(BaseModel):
     resource_name: str = Field(alias="resourceName", min_length=1)
     resource_memory_name: str = Field("", alias="resourceMemoryName")
     resource_core_name: str = Field("", alias="resourceCoreName")
-    memory_allocatable: int = Field(0, alias="memoryAllocatable", ge=0)
-    memory_capacity: int = Field(0, alias="memoryCapacity", ge=0)
-    memory_factor: int = Field(1, alias="memoryFactor", ge=0)
-    ai_core: int = Field(0, alias="aiCore", ge=0)
-    ai_cpu: int = Field(0, alias="aiCPU", ge=0)
+    memory_allocatable: int = Field(0, alias="memoryAllocatable", ge=0, le=INT32_MAX)
+    memory_capacity: int = Field(0, alias="memoryCapacity", ge=0, le=INT32_MAX)
+    memory_factor: int = Field(1, alias="memoryFactor", ge=0, le=INT32_MAX)
+    ai_core: int = Field(0, alias="aiCore", ge=0, le=INT32_MAX)
+    ai_cpu: int = Field(0, alias="aiCPU", ge=0, le=INT32_MAX)
     runtime_class_name: str = Field("", alias="runtimeClassName")
     overwrite_env: bool = Field(False, alias="overwriteEnv")
     super_pod: bool = Field(False, alias="superPod")

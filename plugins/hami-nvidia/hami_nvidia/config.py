@@ -9,6 +9,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from hami_core.engine.config import pydantic_error
 from hami_core.plugins.errors import ConfigError
 from hami_core.wire import keys
+from hami_core.wire.common import INT32_MAX
+
+#: Replicas per GPU. The device plugin advertises every replica in ListAndWatch (about 63 bytes each), so
+#: 16 GPUs x 1024 is 1.0 MB, a quarter of gRPC's 4 MiB default message limit that the kubelet applies; HAMi
+#: sets no bound, and 3,000,000 made one message of 190 MB that the kubelet refused (it then sees no device).
+MAX_DEVICE_SPLIT_COUNT = 1024
+#: deviceMemoryScaling / deviceCoreScaling: registered memory (MiB) and cores go on the wire as int32; 100x
+#: oversubscription is far past useful and still fits any GPU's memory into int32.
+MAX_SCALING = 100.0
 
 
 class MigAllowlistEntry(BaseModel):
@@ -31,7 +40,7 @@ class MigAllowlistEntry(BaseModel):
 class NvidiaConfig(BaseModel):
     """HAMi's ``NvidiaConfig`` with the chart defaults (spec §10.1). Keys are HAMi's camelCase names."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True, allow_inf_nan=False)
 
     resource_count_name: str = Field(keys.NVIDIA_RESOURCE_COUNT, alias="resourceCountName", min_length=1)
     resource_memory_name: str = Field(keys.NVIDIA_RESOURCE_MEMORY, alias="resourceMemoryName")
@@ -40,20 +49,20 @@ class NvidiaConfig(BaseModel):
     resource_core_name: str = Field(keys.NVIDIA_RESOURCE_CORES, alias="resourceCoreName")
     resource_priority_name: str = Field(keys.NVIDIA_RESOURCE_PRIORITY, alias="resourcePriorityName")
     overwrite_env: bool = Field(False, alias="overwriteEnv")
-    default_memory: int = Field(0, alias="defaultMemory", ge=0)
+    default_memory: int = Field(0, alias="defaultMemory", ge=0, le=INT32_MAX)
     default_cores: int = Field(0, alias="defaultCores", ge=0, le=100)
-    default_gpu_num: int = Field(1, alias="defaultGPUNum", ge=0)
-    memory_factor: int = Field(1, alias="memoryFactor", ge=1)
+    default_gpu_num: int = Field(1, alias="defaultGPUNum", ge=0, le=INT32_MAX)
+    memory_factor: int = Field(1, alias="memoryFactor", ge=1, le=INT32_MAX)
     disable_core_limit: bool = Field(False, alias="disableCoreLimit")
     gpu_core_policy: Literal["default", "force", "disable", ""] = Field("default", alias="gpuCorePolicy")
     runtime_class_name: str = Field("", alias="runtimeClassName")
     mig_profile_allowlist: list[MigAllowlistEntry] = Field(default_factory=list, alias="migProfileAllowlist")
     # Device-plugin-side node defaults: they reach the scheduler only through the registration.
-    device_split_count: int = Field(10, alias="deviceSplitCount", ge=1)
-    device_memory_scaling: float = Field(1.0, alias="deviceMemoryScaling", gt=0)
-    device_core_scaling: float = Field(1.0, alias="deviceCoreScaling", gt=0)
-    pre_configured_device_memory: int = Field(0, alias="preConfiguredDeviceMemory", ge=0)
-    lib_cuda_log_level: int | None = Field(None, alias="libCudaLogLevel")
+    device_split_count: int = Field(10, alias="deviceSplitCount", ge=1, le=MAX_DEVICE_SPLIT_COUNT)
+    device_memory_scaling: float = Field(1.0, alias="deviceMemoryScaling", gt=0, le=MAX_SCALING)
+    device_core_scaling: float = Field(1.0, alias="deviceCoreScaling", gt=0, le=MAX_SCALING)
+    pre_configured_device_memory: int = Field(0, alias="preConfiguredDeviceMemory", ge=0, le=INT32_MAX)
+    lib_cuda_log_level: int | None = Field(None, alias="libCudaLogLevel", ge=0, le=INT32_MAX)
     enable_numa_topology: bool = Field(False, alias="enableNumaTopology")
     # HAMi's chart ships MIG geometry tables in this section; accepted and passed through.
     known_mig_geometries: list[Any] | None = Field(None, alias="knownMigGeometries")

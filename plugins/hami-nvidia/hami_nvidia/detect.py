@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
+from hami_core.engine.yamlload import MAX_CONFIG_BYTES, YamlInputError, load_yaml, read_text
 
 log = logging.getLogger("hami.nvidia.detect")
 
@@ -81,9 +81,9 @@ def model_name(name: str) -> str:
 def load_devices_file(path: str | os.PathLike[str]) -> list[Gpu]:
     """Fake GPUs from YAML (``devices:`` list or a bare list); raises ``ValueError`` naming the problem."""
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise ValueError(f"cannot read devices file {path}: {exc}") from None
+        data = load_yaml(read_text(path, "devices file", max_bytes=MAX_CONFIG_BYTES), f"devices file {path}")
+    except YamlInputError as exc:
+        raise ValueError(str(exc)) from None
     items = data.get("devices") if isinstance(data, dict) else data
     if not isinstance(items, list):
         raise ValueError(f"devices file {path}: expected a list under 'devices:'")

@@ -96,3 +96,36 @@ def test_bad_value_fails_the_engine_with_the_field() -> None:
 def test_section_must_be_a_mapping() -> None:
     with pytest.raises(ConfigError, match="nvidia"):
         parse_config(["nvidia.com/gpu"])
+
+
+# ------------------------------------------------------------------------------------ bounds (issue 26)
+@pytest.mark.parametrize(("text", "field"), [
+    ("deviceSplitCount: 3000000", "nvidia.deviceSplitCount"),
+    ("deviceSplitCount: 1025", "nvidia.deviceSplitCount"),
+    ("deviceSplitCount: 0", "nvidia.deviceSplitCount"),
+    ("deviceMemoryScaling: .inf", "nvidia.deviceMemoryScaling"),
+    ("deviceMemoryScaling: 1e308", "nvidia.deviceMemoryScaling"),
+    ("deviceMemoryScaling: .nan", "nvidia.deviceMemoryScaling"),
+    ("deviceMemoryScaling: 0", "nvidia.deviceMemoryScaling"),
+    ("deviceCoreScaling: .inf", "nvidia.deviceCoreScaling"),
+    ("deviceCoreScaling: 1e308", "nvidia.deviceCoreScaling"),
+    ("defaultMemory: 99999999999999999999", "nvidia.defaultMemory"),
+    ("preConfiguredDeviceMemory: 4294967296", "nvidia.preConfiguredDeviceMemory"),
+])
+def test_huge_and_infinite_values_are_refused_naming_the_field(tmp_path, text: str, field: str) -> None:
+    # As the device plugin reads them: a device-config.yaml file, its nvidia section validated by the plugin.
+    path = tmp_path / "device-config.yaml"
+    path.write_text(f"nvidia:\n  {text}\n")
+    from hami_core.engine.config import load_config
+
+    with pytest.raises(ConfigError) as info:
+        parse_config(load_config(str(path)).devices["nvidia"])
+    assert f"{field}:" in str(info.value), info.value
+
+
+def test_the_bounds_themselves_are_accepted() -> None:
+    from hami_nvidia.config import MAX_DEVICE_SPLIT_COUNT, MAX_SCALING
+
+    cfg = parse_config({"deviceSplitCount": MAX_DEVICE_SPLIT_COUNT, "deviceMemoryScaling": MAX_SCALING,
+                        "deviceCoreScaling": MAX_SCALING})
+    assert (cfg.device_split_count, cfg.device_memory_scaling) == (MAX_DEVICE_SPLIT_COUNT, MAX_SCALING)

@@ -26,7 +26,9 @@ def _replica(cluster: MemoryCluster, node: dict[str, Any]) -> Extender:
 
 
 def _mig_pod(name: str, mem: int = 5000) -> dict[str, Any]:
-    return make_pod(gpu_container(mem=mem), name=name, annotations={"nvidia.com/vgpu-mode": "mig"})
+    pod = make_pod(gpu_container(mem=mem), name=name, annotations={"nvidia.com/vgpu-mode": "mig"})
+    pod["spec"]["schedulerName"] = keys.DEFAULT_SCHEDULER_NAME  # as the webhook admits it: the extender's own pod
+    return pod
 
 
 def _bind(ext: Extender, pod: dict[str, Any], node: str) -> dict[str, Any]:

@@ -76,7 +76,8 @@ def api_client(server: FakeApiServer) -> Iterator[Any]:
 def start(api_client: Any) -> Scheduler:
     engine = Engine({"nvidia": {}}, plugins=plugin_manager())
     svc = Scheduler(engine, KubeCluster(api_client=api_client, qps=0),
-                    Options(port=0, metrics_host="127.0.0.1", metrics_port=0, sync_wait_s=5.0))
+                    Options(port=0, metrics_host="127.0.0.1", metrics_port=0, sync_wait_s=5.0,
+                            metrics_device_detail=True))
     svc.start()
     return svc
 

@@ -5,7 +5,8 @@
   ``--kubeconfig``), so the test proves the shipped args parse and run;
 * :func:`scheduler_config`: the KubeSchedulerConfiguration of deploy/base/scheduler-config.yaml with only the
   extender's URL and TLS settings rewritten (the rest as shipped);
-* :func:`webhook_configuration`: deploy/base/webhook.yaml with ``clientConfig`` pointing at the hami process.
+* :func:`webhook_configuration`: deploy/base/webhook.yaml (both entries, matchConditions as shipped) with
+  ``clientConfig`` pointing at the hami process's webhook listener.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from .pki import CA, Pair
 from .procs import Proc, free_port, wait_until
 
 __all__ = ["HamiDevicePlugin", "HamiScheduler", "hami_argv", "scheduler_args", "scheduler_config",
-           "webhook_configuration"]
+           "shipped_scheduler_args", "webhook_configuration"]
 
 DEPLOY = ROOT / "deploy"
 NAMESPACE = "kube-system"
@@ -72,14 +73,37 @@ def _rewrite(args: Sequence[str], replace: Mapping[str, str | None], env: Mappin
     return out
 
 
-def scheduler_args(kubeconfig: Path, port: int, metrics_port: int, tls: Pair,
-                   extra: Mapping[str, str | None]) -> list[str]:
+def _knows_flag(flag: str) -> bool:
+    """Whether ``hami scheduler`` (this checkout's) takes ``flag``."""
+    import argparse
+
+    from hami_core.cli import _build_parser
+
+    sub = next(a for a in _build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return flag in sub.choices["scheduler"]._option_string_actions
+
+
+def shipped_scheduler_args() -> list[str]:
+    """The ``vgpu-scheduler-extender`` container's args as deploy/ ships them."""
     container = _container(DEPLOY / "base" / "scheduler-deployment.yaml", "Deployment", "vgpu-scheduler-extender")
+    return list(container["args"])
+
+
+def scheduler_args(kubeconfig: Path, port: int, metrics_port: int, tls: Pair,
+                   extra: Mapping[str, str | None], *, webhook_port: int | None = None) -> list[str]:
+    """``--webhook-bind`` (when shipped) moves to ``webhook_port`` on loopback: kube-apiserver runs here too."""
+    shipped = shipped_scheduler_args()
     replace: dict[str, str | None] = {
         "--in-cluster": None, "--kubeconfig": str(kubeconfig), "--http-bind": f"127.0.0.1:{port}",
         "--tls-cert": str(tls.cert), "--tls-key": str(tls.key), "--metrics-bind": f"127.0.0.1:{metrics_port}",
-        "--device-config": str(DEPLOY / "base" / "device-config.yaml"), **extra}
-    return _rewrite(container["args"], replace, {"POD_NAMESPACE": NAMESPACE, "POD_NAME": "hami-scheduler-e2e"})
+        "--device-config": str(DEPLOY / "base" / "device-config.yaml")}
+    if webhook_port is not None and any(a.split("=", 1)[0] == "--webhook-bind" for a in shipped):
+        replace["--webhook-bind"] = f"127.0.0.1:{webhook_port}"
+    if _knows_flag("--metrics-device-detail"):
+        # the harness reads hami's per-device and per-pod series (Stack.wait_hami_nodes, hami_ledger)
+        replace["--metrics-device-detail"] = ""
+    replace.update(extra)
+    return _rewrite(shipped, replace, {"POD_NAMESPACE": NAMESPACE, "POD_NAME": "hami-scheduler-e2e"})
 
 
 def device_plugin_args(kubeconfig: Path, node: str, kubelet_dir: Path, devices_file: Path) -> list[str]:
@@ -109,7 +133,9 @@ def scheduler_config(extender_url: str | None, ca_pem: bytes | None, *,
 
 
 def webhook_configuration(url: str, ca_pem: bytes, *, failure_policy: str | None = None) -> dict[str, Any]:
-    """deploy/base/webhook.yaml, calling ``url`` (kube-apiserver cannot reach a Service here: no kube-proxy)."""
+    """deploy/base/webhook.yaml, every entry (CREATE and the UPDATE guard with its matchConditions, as shipped)
+    calling ``url`` (kube-apiserver cannot reach a Service here: no kube-proxy); ``failure_policy`` replaces every
+    entry's."""
     doc = copy.deepcopy(_docs(DEPLOY / "base" / "webhook.yaml")[0])
     for hook in doc["webhooks"]:
         hook["clientConfig"] = {"url": url, "caBundle": base64.b64encode(ca_pem).decode()}
@@ -123,13 +149,20 @@ class HamiScheduler:
 
     def __init__(self, workdir: Path, ca: CA, kubeconfig: Path, *, name: str = "hami-scheduler",
                  extra: Mapping[str, str | None] | None = None, namespace_uts: str | None = None,
-                 port: int | None = None, metrics_port: int | None = None) -> None:
+                 port: int | None = None, metrics_port: int | None = None, webhook_port: int | None = None) -> None:
         self.workdir, self.name = workdir, name
         self.port, self.metrics_port = port or free_port(), metrics_port or free_port()
         self.tls = ca.issue(f"{name}-serving", name, hosts=["127.0.0.1", "localhost"], server=True)
         self.ca_pem = ca.pem
+        #: the extender (``--http-bind``), which kube-scheduler calls
         self.url = f"https://127.0.0.1:{self.port}"
-        self.argv = [*hami_argv(), *scheduler_args(kubeconfig, self.port, self.metrics_port, self.tls, extra or {})]
+        separate = any(a.split("=", 1)[0] == "--webhook-bind" for a in shipped_scheduler_args())
+        self.webhook_port = (webhook_port or free_port()) if separate else self.port
+        #: the webhook's listener (``--webhook-bind`` when deploy/ ships it, else the extender's), which
+        #: kube-apiserver calls
+        self.webhook_url = f"https://127.0.0.1:{self.webhook_port}"
+        self.argv = [*hami_argv(), *scheduler_args(kubeconfig, self.port, self.metrics_port, self.tls, extra or {},
+                                                   webhook_port=self.webhook_port)]
         if namespace_uts:
             self.argv = ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', namespace_uts, *self.argv]
         self.proc: Proc | None = None
@@ -139,7 +172,9 @@ class HamiScheduler:
         return ctx
 
     def get(self, path: str, *, metrics: bool = False) -> str:
-        url = f"http://127.0.0.1:{self.metrics_port}{path}" if metrics else self.url + path
+        """GET ``path`` from the webhook's listener (with ``--webhook-bind`` the probes are served there, where
+        kubelet's probes go), or from the metrics port."""
+        url = f"http://127.0.0.1:{self.metrics_port}{path}" if metrics else self.webhook_url + path
         with urllib.request.urlopen(url, timeout=10, context=None if metrics else self.context()) as resp:
             return resp.read().decode()
 

@@ -78,7 +78,8 @@ class Stack:
 
     def register_webhook(self, failure_policy: str | None = None) -> dict[str, Any]:
         assert self.hami is not None
-        body = webhook_configuration(f"{self.hami.url}/webhook", self.plane.ca.pem, failure_policy=failure_policy)
+        body = webhook_configuration(f"{self.hami.webhook_url}/webhook", self.plane.ca.pem,
+                                     failure_policy=failure_policy)
         from kubernetes import client
 
         api = client.AdmissionregistrationV1Api(self.plane.admin)
@@ -94,7 +95,7 @@ class Stack:
         old.stop()
         self.hami_extra = dict(extra or {})
         self.hami = HamiScheduler(self.workdir, self.plane.ca, self.scheduler_kubeconfig, extra=self.hami_extra,
-                                  port=old.port, metrics_port=old.metrics_port)
+                                  port=old.port, metrics_port=old.metrics_port, webhook_port=old.webhook_port)
         self.hami.tls, self.hami.argv = old.tls, [a.replace(str(self.hami.tls.cert), str(old.tls.cert))
                                                   .replace(str(self.hami.tls.key), str(old.tls.key))
                                                   for a in self.hami.argv]
