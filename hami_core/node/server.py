@@ -26,6 +26,7 @@ import grpc
 from hami_core.node.allocate import AllocateError, Allocator, PreferredRequest
 from hami_core.node.deviceplugin.v1beta1 import api_pb2 as pb
 from hami_core.node.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
+from hami_core.plugins.errors import HamiError
 from hami_core.plugins.types import ContainerAllocation, DeviceInfo
 
 log = logging.getLogger("hami.node.server")
@@ -38,6 +39,11 @@ UNHEALTHY = "Unhealthy"
 DIAL_TIMEOUT_S = 5.0
 #: Only kubelet (root) talks to the plugin: nobody else on the node may connect to the socket.
 SOCKET_MODE = 0o600
+#: The most device IDs one plugin advertises. Each is ~63 bytes of ListAndWatch: 32,768 is 2 MiB, half of the
+#: 4 MiB message limit kubelet's gRPC client applies; past it kubelet would receive nothing at all. Configured
+#: split counts are bounded per device (nvidia ``deviceSplitCount`` <= 1024); this also covers counts a vendor
+#: reports from the hardware (Enflame DRS capacity, MetaX ``total_dev_count``).
+MAX_ADVERTISED_IDS = 32_768
 
 
 def socket_name(vendor: str, resource_name: str) -> str:
@@ -72,6 +78,11 @@ class DevicePluginServer(pb_grpc.DevicePluginServicer):
         self.numa_topology = numa_topology
         self.preferred_allocation = preferred_allocation
         self._devices = list(devices)
+        total = sum(max(d.count, 1) for d in self._devices)
+        if total > MAX_ADVERTISED_IDS:
+            raise HamiError(f"{resource_name}: {len(self._devices)} devices would advertise {total} device IDs "
+                            f"(replicas), more than the {MAX_ADVERTISED_IDS} that fit in one ListAndWatch message "
+                            f"kubelet accepts; lower the split count (deviceSplitCount or the vendor's equivalent)")
         #: every advertised ID → the physical device it is a replica of: kubelet may only Allocate these
         self._replicas = {rid: d.id for d in self._devices for rid in replica_ids(d)}
         self._health = {d.id: True for d in self._devices}

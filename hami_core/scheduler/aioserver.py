@@ -8,7 +8,8 @@ Each endpoint has a pool of its own, so binds waiting on node locks never delay 
 a flood of admission reviews never queues ahead of ``/filter``; bodies over 256 KiB (bulk) are handled one at a
 time in a thread of their own, so decoding them never takes more than one thread's share of the interpreter.
 
-Behaviour matches :mod:`.asgi` (both answer through :mod:`.routes` and bound framing with :mod:`.guard`): the same
+Behaviour matches :mod:`.asgi` (both answer through :mod:`.routes`, bound framing with :mod:`.guard`, and share
+their lifecycle, pools and connection deadlines in :mod:`.loopserver`): the same
 replies, every refusal decided from the headers before the body is read (404, 401/403, 411, 413, 503 when an
 endpoint holds its limit), 414/431 for an oversized URL or head, TLS 1.2/1.3 only (client certificates with a
 client CA), a connection silent for ``client_timeout_s`` (during the TLS handshake, before or between requests)
@@ -23,9 +24,8 @@ import asyncio
 import contextlib
 import logging
 import ssl
-import threading
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from email.utils import formatdate
 from http import HTTPStatus
@@ -34,43 +34,24 @@ from typing import Any
 
 import httptools
 
-from hami_core.scheduler.auth import Auth
-from hami_core.scheduler.extender import Extender
-from hami_core.scheduler.guard import HeadGuard, Refused, evict_idle, refusal
-from hami_core.scheduler.routes import (
-    ALL_ROUTES,
-    CLIENT_TIMEOUT_S,
-    DRAIN_S,
-    MAX_CONNECTIONS,
-    REQUEST_TIMEOUT_S,
-    Admitted,
-    Reply,
-    Routes,
-    base_url,
-    text,
-    tls_context,
+from hami_core.scheduler.loopserver import (
+    DECIDE_WORKERS,
+    DEFAULT_WORKERS,
+    LINGER_BYTES,
+    LINGER_S,
+    GuardedConnection,
+    LoopServer,
+    admit,
+    handle,
 )
-from hami_core.scheduler.webhook import Webhook
+from hami_core.scheduler.routes import Admitted, Reply, text
 
 __all__ = ["DECIDE_WORKERS", "DEFAULT_WORKERS", "LINGER_BYTES", "LINGER_S", "AsyncSchedulerServer", "encode_head"]
 
 log = logging.getLogger("hami.scheduler.server")
 
-#: Threads for ``/bind``. A bind may wait long on the API server or for a locked node (``--node-lock-wait``,
-#: 10 s; a PodGroup member ``--node-lock-retry-timeout``, 28 s), and kube-scheduler binds a whole burst at
-#: once: up to :data:`~hami_core.scheduler.nodelock.MAX_WAITERS` binds may wait for one node, so the pool holds
-#: several such queues and still has threads for binds to free nodes. A waiting thread costs little memory.
-DEFAULT_WORKERS = 256
-#: Threads for ``/filter``, and as many again for ``/webhook``: pools of their own, so that binds waiting on node
-#: locks never hold up scheduling decisions or pod admission, and admission reviews never hold up decisions.
-DECIDE_WORKERS = 4
 #: Requests a client may have pipelined before the server stops reading from it.
 _MAX_QUEUED = 8
-#: How long, and how many bytes, a refused client may go on sending (its body) before the connection closes:
-#: closing at once, with unread bytes, resets the connection and the client may never read the refusal. What it
-#: sends meanwhile is read and dropped.
-LINGER_S = 2.0
-LINGER_BYTES = 2 << 20
 _PHRASES = {status.value: status.phrase for status in HTTPStatus}
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
@@ -106,7 +87,7 @@ class _Request:
         self.method, self.path, self.raw, self.keep_alive, self.admitted = method, path, raw, keep_alive, admitted
 
 
-class _Connection(asyncio.Protocol):
+class _Connection(GuardedConnection, asyncio.Protocol):
     """One client connection: httptools parser callbacks in, replies out in request order."""
 
     def __init__(self, server: AsyncSchedulerServer) -> None:
@@ -114,16 +95,11 @@ class _Connection(asyncio.Protocol):
         self.routes = server.routes
         self.loop = server.loop
         self.parser = httptools.HttpRequestParser(self)
-        self.guard = HeadGuard()
+        self._guard_init(monotonic())
         self.transport: asyncio.Transport | None = None
         self.client_cert = False
         self.queue: deque[_Request] = deque()
         self.busy = False
-        self.reading = False  # between a request's first byte and its last
-        self.idle_since: float | None = monotonic()
-        self.refused = False  # answered with an error: ignore the rest of the input, close once written
-        self.dropped = 0  # bytes read and dropped since
-        self.timer: asyncio.TimerHandle | None = None
         self.url = b""
         self.path = ""  # the URL's path, set once the headers are in
         self.headers: list[tuple[bytes, bytes]] = []
@@ -136,13 +112,8 @@ class _Connection(asyncio.Protocol):
         self.transport = transport
         self.client_cert = bool(transport.get_extra_info("peercert"))  # verified, or the handshake had failed
         connections = self.server.connections
-        if not evict_idle(connections, self.server.max_connections, lambda c: c.idle_since, _Connection.close):
-            log.warning("%d connections open, none idle: refusing a new one", len(connections))
-            self.server.connections.add(self)
-            self._refuse(text(503, f"{len(connections) - 1} connections open; retry", (("Retry-After", "1"),)))
-            return
+        self._opened(connections, self.server.max_connections, self.server.client_timeout_s)
         connections.add(self)
-        self._arm(self.server.client_timeout_s)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.server.connections.discard(self)
@@ -155,35 +126,15 @@ class _Connection(asyncio.Protocol):
         if self.timer is not None:
             self.timer.cancel()
 
-    def data_received(self, data: bytes) -> None:
-        if self.refused:
-            self.dropped += len(data)
-            if self.dropped > LINGER_BYTES:
-                self.close()
-            return
-        was_in_head = self.guard.in_head
-        try:
-            self.parser.feed_data(data)
-            self.guard.fed(was_in_head, len(data))
-        except (Refused, httptools.HttpParserError) as exc:
-            self._refuse(refusal(exc))
-
     def eof_received(self) -> bool | None:
         if self.refused:  # a lingering refused client is done sending: close now
             self.close()
         return None
 
-    def close(self) -> None:
-        if self.transport is not None:
-            self.transport.close()
-
     # ------------------------------------------------------------------------------ parser callbacks
     def on_message_begin(self) -> None:
         self.url, self.headers, self.body = b"", [], []
-        self.guard.begin()
-        self.reading = True
-        self.idle_since = None
-        self._arm(self.server.request_timeout_s)
+        self._began(self.server.request_timeout_s)
 
     def on_url(self, url: bytes) -> None:
         self.guard.url(url)
@@ -204,15 +155,7 @@ class _Connection(asyncio.Protocol):
         if method != b"POST":
             self._refuse(text(501, f"unsupported method {method.decode('latin-1')!r}"))
             return
-        lengths, chunked, authorization = [], False, None
-        for name, value in self.headers:
-            if name == b"content-length":
-                lengths.append(value.decode("latin-1").strip())
-            elif name == b"transfer-encoding":
-                chunked = chunked or b"chunked" in value.lower()
-            elif name == b"authorization":
-                authorization = value
-        admitted = self.routes.admit(path, lengths, chunked, authorization, self.client_cert)
+        admitted = admit(self.routes, path, self.headers, self.client_cert)
         if isinstance(admitted, Reply):
             self._refuse(admitted)
             return
@@ -225,12 +168,8 @@ class _Connection(asyncio.Protocol):
             self.body.append(body)
 
     def on_message_complete(self) -> None:
-        self.reading = False
-        if self.refused:
+        if not self._read_whole():
             return
-        if self.timer is not None:  # in whole: from now on the server is busy, not the client
-            self.timer.cancel()
-            self.timer = None
         self.queue.append(_Request(self.parser.get_method(), self.path, b"".join(self.body),
                                    self.parser.should_keep_alive(), self.admitted))
         self.body, self.admitted = [], None
@@ -269,7 +208,7 @@ class _Connection(asyncio.Protocol):
         self.busy = True
         assert request.admitted is not None
         pool = self.server.pools["bulk" if request.admitted.bulk else request.path]
-        future = pool.submit(_handle, self.routes, request.admitted, request.raw)
+        future = pool.submit(handle, self.routes, request.admitted, request.raw)
         future.add_done_callback(lambda done: self._from_worker(done, request.keep_alive))
 
     def _from_worker(self, future: Future[Reply], keep_alive: bool) -> None:
@@ -295,6 +234,8 @@ class _Connection(asyncio.Protocol):
             self.admitted = None
 
     def _refuse(self, reply: Reply) -> None:
+        if self.refused:  # a second error in the same read (the parser runs on): the first refusal was written
+            return
         self.refused = True
         self._release()
         for request in self.queue:
@@ -314,18 +255,10 @@ class _Connection(asyncio.Protocol):
         transport.write(encode_head(reply, self.server.clock.date(), close) + reply.body)
         if not close:
             return
-        if self.refused and transport.can_write_eof():
-            # Let the client finish sending (and read this) before the socket closes; eof_received or the
-            # linger timer closes it.
-            transport.write_eof()
-            self._arm(LINGER_S)
+        if self.refused:
+            self._linger()
         else:
             transport.close()
-
-    def _arm(self, seconds: float) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-        self.timer = self.loop.call_later(seconds, self._expire)
 
     def _expire(self) -> None:
         self.timer = None
@@ -337,14 +270,6 @@ class _Connection(asyncio.Protocol):
             self.transport.close()
 
 
-def _handle(routes: Routes, admitted: Admitted, raw: bytes) -> Reply:
-    """A worker's job: the handler's reply; the endpoint's place is given back whatever happens."""
-    try:
-        return routes.post(admitted.path, raw)
-    finally:
-        routes.done(admitted)
-
-
 def _exception_handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
     # Failed TLS handshakes and reset connections are the client's business: log them quietly.
     exc = context.get("exception")
@@ -354,112 +279,23 @@ def _exception_handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any])
         log.error("%s", context.get("message"), exc_info=exc)
 
 
-class AsyncSchedulerServer:
-    """Serves :class:`.routes.Routes` on one event loop.
-
-    The socket is bound in the constructor (so a busy port fails there); :meth:`start` serves from a background
-    thread, :meth:`serve_forever` from the caller's; :meth:`shutdown` stops either from any thread.
-
-    :param serves: the POST routes of this listener (:data:`~.routes.ALL_ROUTES` by default).
-    :param client_ca_file: ask clients for certificates and verify them against this CA file (or these); ``auth``
-        says which routes need one.
+class AsyncSchedulerServer(LoopServer):
+    """Serves :class:`.routes.Routes` on one event loop with this module's connections; the lifecycle and the
+    keyword arguments are :class:`.loopserver.LoopServer`'s (``gets``: slow GET routes, in a pool of their own).
     """
 
-    def __init__(self, extender: Extender, webhook: Webhook, host: str = "127.0.0.1", port: int = 0, *,
-                 cert_file: str | None = None, key_file: str | None = None,
-                 client_ca_file: str | Iterable[str] | None = None,
-                 ready: Callable[[], bool] | None = None, client_timeout_s: float = CLIENT_TIMEOUT_S,
-                 request_timeout_s: float = REQUEST_TIMEOUT_S, max_connections: int = MAX_CONNECTIONS,
-                 workers: int = DEFAULT_WORKERS, serves: Iterable[str] = ALL_ROUTES, auth: Auth | None = None,
-                 limits: dict[str, int] | None = None, gets: dict[str, Callable[[], Reply]] | None = None) -> None:
-        self.extender = extender
-        self.webhook = webhook
-        self.ready = ready or (lambda: True)
-        self.routes = Routes(extender, webhook, self.ready, serves=serves, auth=auth, limits=limits, gets=gets)
-        self.client_timeout_s = client_timeout_s
-        self.request_timeout_s = request_timeout_s
-        self.max_connections = max_connections
+    serves_slow_gets = True
+
+    def _pools(self, workers: int) -> dict[str, ThreadPoolExecutor]:
+        return {**super()._pools(workers), "GET": ThreadPoolExecutor(2, thread_name_prefix="hami-get")}
+
+    def _endpoint(self, host: str, port: int) -> tuple[Callable[[], asyncio.BaseProtocol], dict[str, Any]]:
         self.clock = _Clock()
         self.connections: set[_Connection] = set()
-        self.ssl_context = ssl_context = tls_context(cert_file, key_file, client_ca_file)
-        self.tls = ssl_context is not None
-        self.loop = asyncio.new_event_loop()
         self.loop.set_exception_handler(_exception_handler)
-        try:
-            self._server = self.loop.run_until_complete(self.loop.create_server(
-                lambda: _Connection(self), host, port, ssl=ssl_context, reuse_address=True, backlog=1024,
-                ssl_handshake_timeout=min(15.0, client_timeout_s) if ssl_context else None))
-        except BaseException:
-            self.loop.close()
-            raise
-        host_bound, port_bound = self._server.sockets[0].getsockname()[:2]
-        self._address = (str(host_bound), int(port_bound))  # kept: the socket is gone after shutdown
-        self.pools = {"/filter": ThreadPoolExecutor(DECIDE_WORKERS, thread_name_prefix="hami-filter"),
-                      "/webhook": ThreadPoolExecutor(DECIDE_WORKERS, thread_name_prefix="hami-webhook"),
-                      "/bind": ThreadPoolExecutor(workers, thread_name_prefix="hami-bind"),
-                      "GET": ThreadPoolExecutor(2, thread_name_prefix="hami-get"),
-                      "bulk": ThreadPoolExecutor(1, thread_name_prefix="hami-bulk")}
-        self._thread: threading.Thread | None = None
-        self._stopped = threading.Event()
-        self._closed = False
-        self.draining = False
+        return (lambda: _Connection(self)), {"host": host, "port": port, "reuse_address": True}
 
-    @property
-    def address(self) -> tuple[str, int]:
-        return self._address
-
-    @property
-    def url(self) -> str:
-        return base_url(self.address, self.tls)
-
-    def start(self) -> None:
-        """Serve in a background thread."""
-        self._thread = threading.Thread(target=self.serve_forever, name="hami-http", daemon=True)
-        self._thread.start()
-
-    def serve_forever(self) -> None:
-        try:
-            self.loop.run_forever()
-        finally:
-            self._stopped.set()
-
-    def shutdown(self, grace_s: float = DRAIN_S) -> None:
-        """Stop accepting, close idle connections, give requests being handled up to ``grace_s`` to answer
-        (kubelet sends SIGTERM with a grace period; a bind cut off mid-write is a retry for kube-scheduler),
-        then stop the loop and close everything. Idempotent, from any thread."""
-        if self._closed:
-            return
-        self._closed = True
-        if self.loop.is_running():
-            drained = asyncio.run_coroutine_threadsafe(self._drain(grace_s), self.loop)
-            with contextlib.suppress(Exception):
-                drained.result(timeout=grace_s + 5)
-            self._stopped.wait(timeout=5)
-        else:
-            self.loop.run_until_complete(self._drain(0))
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        for pool in self.pools.values():
-            pool.shutdown(wait=False, cancel_futures=True)
-        with contextlib.suppress(RuntimeError):  # still running: the loop thread did not stop in time
-            self.loop.close()
-
-    async def _drain(self, grace_s: float) -> None:
-        self.draining = True
-        self._server.close()
-        deadline = self.loop.time() + grace_s
-        while True:
-            for connection in list(self.connections):
-                if not connection.busy:  # idle, or its reply just went out
-                    connection.close()
-            if not self.connections or self.loop.time() >= deadline:
-                break
-            await asyncio.sleep(0.02)
-        if self.connections:
-            log.warning("shutdown: %d requests still unanswered after %.0f s; dropping them",
-                        len(self.connections), grace_s)
+    def _wind_down(self, first: bool) -> None:
         for connection in list(self.connections):
-            connection.close()
-        await asyncio.sleep(0)  # one more turn lets the transports close their sockets
-        if self.loop.is_running():
-            self.loop.call_soon(self.loop.stop)
+            if not connection.busy:  # idle, or its reply just went out
+                connection.close()

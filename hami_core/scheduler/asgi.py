@@ -14,45 +14,28 @@ extension point: ``Config(http=<class>)``) to close them, with the same code as 
 The listening socket is made here and served with ``loop.create_server`` (so a busy port fails in the
 constructor, and the TLS handshake gets a timeout: uvicorn's own start-up gives it none); the peer's verified
 client certificate reaches the application in the scope (``hami.client_cert``). Handlers run in thread pools, one
-per endpoint, as in :mod:`.aioserver`.
+per endpoint, as in :mod:`.aioserver`; the lifecycle, the pools and the connections' deadlines are
+:mod:`.loopserver`'s, shared with it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import socket
-import threading
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping
 from concurrent.futures import ThreadPoolExecutor
 from email.utils import formatdate
 from typing import Any
 
-import httptools
 from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
-from hami_core.scheduler.aioserver import DECIDE_WORKERS, DEFAULT_WORKERS, LINGER_BYTES, LINGER_S
-from hami_core.scheduler.auth import Auth
-from hami_core.scheduler.extender import Extender
-from hami_core.scheduler.guard import HeadGuard, Refused, evict_idle, refusal
-from hami_core.scheduler.routes import (
-    ALL_ROUTES,
-    CLIENT_TIMEOUT_S,
-    DRAIN_S,
-    MAX_CONNECTIONS,
-    REQUEST_TIMEOUT_S,
-    Admitted,
-    Reply,
-    Routes,
-    base_url,
-    text,
-    tls_context,
-)
-from hami_core.scheduler.webhook import Webhook
+from hami_core.scheduler.guard import Refused
+from hami_core.scheduler.loopserver import GuardedConnection, LoopServer, admit, handle
+from hami_core.scheduler.routes import Admitted, Reply, Routes, text
 
 __all__ = ["SchedulerApp", "UvicornSchedulerServer"]
 
@@ -93,20 +76,13 @@ class SchedulerApp:
                     break
             loop = asyncio.get_running_loop()
             pool = self.pools["bulk" if admitted.bulk else path]
-            future = loop.run_in_executor(pool, _handle, self.routes, admitted, b"".join(chunks))
+            future = loop.run_in_executor(pool, handle, self.routes, admitted, b"".join(chunks))
             handed = True
             reply = await future
         finally:
             if not handed:
                 self.routes.done(admitted)
         await _send(send, reply)
-
-
-def _handle(routes: Routes, admitted: Admitted, raw: bytes) -> Reply:
-    try:
-        return routes.post(admitted.path, raw)
-    finally:
-        routes.done(admitted)
 
 
 async def _send(send: Send, reply: Reply) -> None:
@@ -118,26 +94,17 @@ async def _send(send: Send, reply: Reply) -> None:
     await send({"type": "http.response.body", "body": reply.body})
 
 
-class _Protocol(HttpToolsProtocol):
+class _Protocol(GuardedConnection, HttpToolsProtocol):
     """uvicorn's protocol with hami's framing limits, read deadlines and connection bound (see the module)."""
 
     hami: UvicornSchedulerServer  # set on the subclass each server makes
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        self.guard = HeadGuard()
-        self.refused = False
-        self.dropped = 0  # bytes read and dropped since a refusal
-        self.reading = False
-        self.idle_since: float | None = self.loop.time()
-        self.timer: asyncio.TimerHandle | None = None
+        self._guard_init(self.loop.time())
         self.client_cert = bool(transport.get_extra_info("peercert"))
         others = set(self.connections)
         super().connection_made(transport)
-        if not evict_idle(others, self.hami.max_connections, lambda c: c.idle_since, lambda c: c.transport.close()):
-            log.warning("%d connections open, none idle: refusing a new one", len(others))
-            self._refuse(text(503, f"{len(others)} connections open; retry", (("Retry-After", "1"),)))
-            return
-        self._arm(self.hami.client_timeout_s)
+        self._opened(others, self.hami.max_connections, self.hami.client_timeout_s)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.timer is not None:
@@ -145,25 +112,13 @@ class _Protocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        if self.refused:
-            self.dropped += len(data)
-            if self.dropped > LINGER_BYTES:
-                self.transport.close()
-            return
-        self._unset_keepalive_if_required()
-        was_in_head = self.guard.in_head
-        try:
-            self.parser.feed_data(data)
-            self.guard.fed(was_in_head, len(data))
-        except (Refused, httptools.HttpParserError) as exc:
-            self._refuse(refusal(exc))
+        if not self.refused:
+            self._unset_keepalive_if_required()  # as uvicorn's own data_received, which this one replaces
+        super().data_received(data)
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        self.guard.begin()
-        self.reading = True
-        self.idle_since = None
-        self._arm(self.hami.request_timeout_s)
+        self._began(self.hami.request_timeout_s)
 
     def on_url(self, url: bytes) -> None:
         self.guard.url(url)
@@ -179,16 +134,8 @@ class _Protocol(HttpToolsProtocol):
         self.guard.complete()
         method = self.parser.get_method()
         if method == b"POST":
-            lengths, chunked, authorization = [], False, None
-            for name, value in self.headers:
-                if name == b"content-length":
-                    lengths.append(value.decode("latin-1").strip())
-                elif name == b"transfer-encoding":
-                    chunked = chunked or b"chunked" in value.lower()
-                elif name == b"authorization":
-                    authorization = value
             path = self.url.split(b"?", 1)[0].decode("latin-1")
-            admitted = self.hami.routes.admit(path, lengths, chunked, authorization, self.client_cert)
+            admitted = admit(self.hami.routes, path, self.headers, self.client_cert)
             if isinstance(admitted, Reply):
                 raise Refused(admitted)
             self.scope["hami.admitted"] = admitted  # type: ignore[typeddict-unknown-key]
@@ -197,10 +144,7 @@ class _Protocol(HttpToolsProtocol):
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
-        self.reading = False
-        if self.timer is not None:  # in whole: from now on the server is busy, not the client
-            self.timer.cancel()
-            self.timer = None
+        self._read_whole()  # never refused here: a refusal stops the parser (see data_received)
         super().on_message_complete()
 
     def on_response_complete(self) -> None:
@@ -209,6 +153,8 @@ class _Protocol(HttpToolsProtocol):
         super().on_response_complete()  # arms uvicorn's keep-alive timeout (client_timeout_s) when idle
 
     def _refuse(self, reply: Reply) -> None:
+        if self.refused:  # a second error in the same read (the parser runs on): the first refusal was written
+            return
         self.refused = True
         if self.cycle is not None and not self.cycle.response_complete:
             self.transport.close()  # an earlier request's reply is still to come: this one must not go first
@@ -220,18 +166,7 @@ class _Protocol(HttpToolsProtocol):
         head.append(b"content-type: %s\r\ncontent-length: %d\r\nconnection: close\r\n\r\n"
                     % (reply.content_type.encode(), len(body)))
         self.transport.write(b"".join(head) + body)
-        if self.transport.can_write_eof():
-            # Let the client finish sending (its body) and read this before the socket closes: closing with unread
-            # bytes resets the connection. The peer's end of stream or the timer closes it.
-            self.transport.write_eof()
-            self._arm(LINGER_S)
-        else:
-            self.transport.close()
-
-    def _arm(self, seconds: float) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-        self.timer = self.loop.call_later(seconds, self._expire)
+        self._linger()
 
     def _expire(self) -> None:
         self.timer = None
@@ -249,67 +184,27 @@ def _phrase(status: int) -> bytes:
         return b"Unknown"
 
 
-class UvicornSchedulerServer:
+class UvicornSchedulerServer(LoopServer):
     """Serves :class:`.routes.Routes` with uvicorn on one event loop. Same interface as
-    :class:`.aioserver.AsyncSchedulerServer` (and the same keyword arguments)."""
+    :class:`.aioserver.AsyncSchedulerServer` (and the same keyword arguments: :class:`.loopserver.LoopServer`'s,
+    but for ``gets``)."""
 
-    def __init__(self, extender: Extender, webhook: Webhook, host: str = "127.0.0.1", port: int = 0, *,
-                 cert_file: str | None = None, key_file: str | None = None,
-                 client_ca_file: str | Iterable[str] | None = None,
-                 ready: Callable[[], bool] | None = None, client_timeout_s: float = CLIENT_TIMEOUT_S,
-                 request_timeout_s: float = REQUEST_TIMEOUT_S, max_connections: int = MAX_CONNECTIONS,
-                 workers: int = DEFAULT_WORKERS, serves: Iterable[str] = ALL_ROUTES, auth: Auth | None = None,
-                 limits: dict[str, int] | None = None) -> None:
-        self.extender = extender
-        self.webhook = webhook
-        self.ready = ready or (lambda: True)
-        self.routes = Routes(extender, webhook, self.ready, serves=serves, auth=auth, limits=limits)
-        self.client_timeout_s = client_timeout_s
-        self.request_timeout_s = request_timeout_s
-        self.max_connections = max_connections
-        self.ssl_context = tls_context(cert_file, key_file, client_ca_file)
-        self.tls = self.ssl_context is not None
-        self.pools = {"/filter": ThreadPoolExecutor(DECIDE_WORKERS, thread_name_prefix="hami-filter"),
-                      "/webhook": ThreadPoolExecutor(DECIDE_WORKERS, thread_name_prefix="hami-webhook"),
-                      "/bind": ThreadPoolExecutor(workers, thread_name_prefix="hami-bind"),
-                      "bulk": ThreadPoolExecutor(1, thread_name_prefix="hami-bulk")}
+    @property
+    def connections(self) -> set[Any]:  # type: ignore[override]
+        return self.state.connections
+
+    def _endpoint(self, host: str, port: int) -> tuple[Callable[[], asyncio.BaseProtocol], dict[str, Any]]:
         self.config = Config(SchedulerApp(self.routes, self.pools), http="httptools", ws="none", lifespan="off",
                              log_config=None, access_log=False, proxy_headers=False, server_header=False,
-                             date_header=False, timeout_keep_alive=int(max(1, client_timeout_s)))
+                             date_header=False, timeout_keep_alive=int(max(1, self.client_timeout_s)))
         self.config.load()
         self.state = ServerState()
         self.protocol = type("HamiProtocol", (_Protocol,), {"hami": self})
-        self.loop = asyncio.new_event_loop()
-        try:
-            self._sock = _listen(host, port)
-            factory = functools.partial(self.protocol, config=self.config, server_state=self.state, app_state={},
-                                        _loop=self.loop)
-            self._server = self.loop.run_until_complete(self.loop.create_server(
-                factory, sock=self._sock, ssl=self.ssl_context, backlog=1024,
-                ssl_handshake_timeout=min(15.0, client_timeout_s) if self.ssl_context else None))
-        except BaseException:
-            self.loop.close()
-            for pool in self.pools.values():
-                pool.shutdown(wait=False)
-            raise
-        host_bound, port_bound = self._sock.getsockname()[:2]
-        self._address = (str(host_bound), int(port_bound))
+        self._sock = _listen(host, port)
         self._tick()
-        self._thread: threading.Thread | None = None
-        self._stopped = threading.Event()
-        self._closed = False
-
-    @property
-    def address(self) -> tuple[str, int]:
-        return self._address
-
-    @property
-    def url(self) -> str:
-        return base_url(self.address, self.tls)
-
-    @property
-    def connections(self) -> set[Any]:
-        return self.state.connections
+        factory = functools.partial(self.protocol, config=self.config, server_state=self.state, app_state={},
+                                    _loop=self.loop)
+        return factory, {"sock": self._sock}
 
     def _tick(self) -> None:
         # uvicorn's Server refreshes these once a second; so does this loop.
@@ -317,54 +212,14 @@ class UvicornSchedulerServer:
                                       (b"date", formatdate(usegmt=True).encode())]
         self.loop.call_later(1.0, self._tick)
 
-    def start(self) -> None:
-        """Serve in a background thread."""
-        self._thread = threading.Thread(target=self.serve_forever, name="hami-http", daemon=True)
-        self._thread.start()
+    def _wind_down(self, first: bool) -> None:
+        if first:
+            for connection in list(self.connections):
+                connection.shutdown()  # idle ones close now, busy ones once their reply is out
 
-    def serve_forever(self) -> None:
-        try:
-            self.loop.run_forever()
-        finally:
-            self._stopped.set()
-
-    def shutdown(self, grace_s: float = DRAIN_S) -> None:
-        """Stop accepting, close idle connections, give requests being handled up to ``grace_s`` to answer, then
-        stop the loop and close everything. Idempotent, from any thread."""
-        if self._closed:
-            return
-        self._closed = True
-        if self.loop.is_running():
-            drained = asyncio.run_coroutine_threadsafe(self._drain(grace_s), self.loop)
-            with contextlib.suppress(Exception):
-                drained.result(timeout=grace_s + 5)
-            self._stopped.wait(timeout=5)
-        else:
-            self.loop.run_until_complete(self._drain(0))
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        for pool in self.pools.values():
-            pool.shutdown(wait=False, cancel_futures=True)
-        with contextlib.suppress(RuntimeError):
-            self.loop.close()
-
-    async def _drain(self, grace_s: float) -> None:
-        self._server.close()
-        for connection in list(self.state.connections):
-            connection.shutdown()  # idle ones close now, busy ones once their reply is out
-        deadline = self.loop.time() + grace_s
-        while self.state.connections and self.loop.time() < deadline:
-            await asyncio.sleep(0.02)
-        if self.state.connections:
-            log.warning("shutdown: %d requests still unanswered after %.0f s; dropping them",
-                        len(self.state.connections), grace_s)
-        for connection in list(self.state.connections):
-            connection.transport.close()
+    def _abandon(self) -> None:
         for task in list(self.state.tasks):
             task.cancel()
-        await asyncio.sleep(0)
-        if self.loop.is_running():
-            self.loop.call_soon(self.loop.stop)
 
 
 def _listen(host: str, port: int) -> socket.socket:

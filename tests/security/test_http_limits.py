@@ -247,6 +247,21 @@ def test_a_header_line_of_64_mib_is_refused_long_before_its_end(make_server: Cal
         assert sent < 64 << 20
 
 
+def _trickled_until_dropped(s: socket.socket, byte: bytes, within_s: float = 15.0) -> bool:
+    """Send ``byte`` every 250 ms until the server drops the connection (True) or ``within_s`` has passed (False):
+    without a deadline the trickle would be served for ever."""
+    started = time.monotonic()
+    while time.monotonic() - started < within_s:
+        try:
+            s.sendall(byte)
+        except OSError:
+            return True
+        readable, _, _ = select.select([s], [], [], 0.25)
+        if readable and _answer(s) == b"":
+            return True
+    return False
+
+
 def test_a_request_trickled_a_byte_at_a_time_is_dropped_at_its_deadline(
         make_server: Callable[..., SchedulerServer]) -> None:
     """Slowloris: each byte comes well within the idle timeout (1 s), but the request never ends; it is dropped
@@ -254,19 +269,7 @@ def test_a_request_trickled_a_byte_at_a_time_is_dropped_at_its_deadline(
     server = make_server(client_timeout_s=1.0, request_timeout_s=1.0)
     with socket.create_connection(server.address, timeout=WAIT_S) as s:
         s.sendall(b"POST /webhook HTTP/1.1\r\nHost: x\r\n")
-        started = time.monotonic()
-        closed = False
-        while time.monotonic() - started < 15:  # without a deadline the trickle would be served for ever
-            try:
-                s.sendall(b"X")
-            except OSError:
-                closed = True
-                break
-            readable, _, _ = select.select([s], [], [], 0.25)
-            if readable and _answer(s) == b"":
-                closed = True
-                break
-        assert closed, "the trickling client was never dropped"
+        assert _trickled_until_dropped(s, b"X"), "the trickling client was never dropped"
     assert _post(server, "/webhook", _review({"metadata": {"name": "p"}}))[0] == 200
 
 
@@ -275,19 +278,7 @@ def test_a_body_trickled_a_byte_at_a_time_is_dropped_at_its_deadline(
     server = make_server(client_timeout_s=1.0, request_timeout_s=1.0)
     with socket.create_connection(server.address, timeout=WAIT_S) as s:
         s.sendall(b"POST /webhook HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n")
-        started = time.monotonic()
-        closed = False
-        while time.monotonic() - started < 15:
-            try:
-                s.sendall(b" ")
-            except OSError:
-                closed = True
-                break
-            readable, _, _ = select.select([s], [], [], 0.25)
-            if readable and _answer(s) == b"":
-                closed = True
-                break
-        assert closed
+        assert _trickled_until_dropped(s, b" "), "the trickling client was never dropped"
 
 
 class BlockingWebhook:
