@@ -159,7 +159,8 @@ class Scheduler:
         if self.options.metrics_host is not None:
             self.metrics = serve_metrics(self.engine, self.options.metrics_host, self.options.metrics_port,
                                          self.lock, self.extender.locker,
-                                         device_detail=self.options.metrics_device_detail)
+                                         device_detail=self.options.metrics_device_detail,
+                                         extender=self.extender)
         for server in self.servers:
             server.start()
 

@@ -39,6 +39,7 @@ from prometheus_client.registry import Collector
 from hami_core import __version__
 from hami_core.engine.facade import Engine
 from hami_core.plugins.types import MigInstance
+from hami_core.scheduler.extender import Extender
 from hami_core.scheduler.nodelock import NodeLocker
 
 __all__ = ["CHEAP_RENDER_S", "METRICS_CONNECTIONS", "METRICS_SCRAPES", "EngineCollector", "LockWaitCollector",
@@ -229,6 +230,25 @@ class LockWaitCollector(Collector):
         yield from (waits, seconds, refused, waiting)
 
 
+class ExtenderCollector(Collector):
+    """What the extender refused to trust, from an :class:`Extender`'s counters (docs/security.md): a rising
+    ``hami_extender_refused_total`` is a caller naming pods that are not pending pods of this scheduler (a stale
+    kube-scheduler cache, or someone probing the port); ``hami_extender_pod_view_misses_total`` counts filters
+    whose pod the Pod watch did not hold yet, each of which cost one API read."""
+
+    def __init__(self, extender: Extender) -> None:
+        self.extender = extender
+
+    def collect(self) -> Iterator[Any]:
+        refused = CounterMetricFamily("hami_extender_refused", "Filters and binds refused because the pod named "
+                                      "is not an identified pending pod of this scheduler; nothing was changed")
+        refused.add_metric([], self.extender.refused)
+        misses = CounterMetricFamily("hami_extender_pod_view_misses", "Filters whose pod the Pod watch did not "
+                                     "hold yet (read from the API server instead)")
+        misses.add_metric([], self.extender.view_misses)
+        yield from (refused, misses)
+
+
 class MetricsRenderer:
     """The exposition text of a registry, rendered one at a time and spaced out when renders are expensive."""
 
@@ -300,12 +320,15 @@ class MetricsServer:
 
 
 def serve_metrics(engine: Engine, host: str, port: int, engine_lock: threading.RLock | None = None,
-                  locker: NodeLocker | None = None, *, device_detail: bool = False) -> MetricsServer:
+                  locker: NodeLocker | None = None, *, device_detail: bool = False,
+                  extender: Extender | None = None) -> MetricsServer:
     """Serve ``/metrics`` for ``engine`` (and ``locker``'s waits) on ``host:port`` (port 0 = any), started."""
     registry = CollectorRegistry()
     registry.register(EngineCollector(engine, engine_lock, device_detail=device_detail))
     if locker is not None:
         registry.register(LockWaitCollector(locker))
+    if extender is not None:
+        registry.register(ExtenderCollector(extender))
     server = MetricsServer(registry, host, port)
     server.start()
     return server

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pytest
-from sched_helpers import gpu_pod, make_engine, nvidia_node, post
+from sched_helpers import get, gpu_pod, make_engine, nvidia_node, post
 
 from hami_core.cluster.memory import MemoryCluster
 from hami_core.scheduler.app import Options, Scheduler
@@ -351,3 +351,27 @@ def test_the_common_case_reads_no_pod_from_the_api_server() -> None:
             assert svc.extender.view_misses == 0
         finally:
             svc.stop()
+
+
+def test_refusals_and_watch_misses_are_exported_for_the_operator(cluster: Recording) -> None:
+    """A caller probing /filter and /bind with pods that are not ours shows on /metrics (a counter an alert can
+    watch), and so does a filter whose pod had to be read from the API server."""
+    svc = Scheduler(make_engine(), cluster, Options(host="127.0.0.1", port=0, metrics_host="127.0.0.1",
+                                                    metrics_port=0, sync_wait_s=2.0))
+    svc.start()
+    try:
+        ghost = gpu_pod("ghost", mem=1000)
+        assert _filter(svc, ghost)["NodeNames"] is None
+        assert _bind(svc, "ghost", ghost["metadata"]["uid"], "node-a")["Error"]
+        pod = cluster.add_pod(gpu_pod("p", mem=1000))
+        stale = {**pod, "metadata": {**pod["metadata"], "uid": "uid-of-a-deleted-pod"}}
+        assert _filter(svc, stale)["NodeNames"] is None   # not in the watch under that UID: read, then refused
+        assert svc.metrics_url is not None
+        status, text = get(svc.metrics_url)
+        assert status == 200
+        samples = {line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines()
+                   if line.startswith("hami_extender_")}
+        assert samples["hami_extender_refused_total"] == svc.extender.refused == 3
+        assert samples["hami_extender_pod_view_misses_total"] == svc.extender.view_misses >= 1
+    finally:
+        svc.stop()
