@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from hami_core import hookimpl
-from hami_core.engine.fit import standard_fit
+from hami_core.plugins.fit import standard_fit
 from hami_core.plugins.types import (
     MEM_PERCENTAGE_UNSET,
     DeviceBackend,

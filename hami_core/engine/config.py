@@ -17,6 +17,7 @@ from hami_core.engine.policy import validate_gpu_policy
 from hami_core.engine.workload import DEVICELESS, Shape
 from hami_core.engine.yamlload import MAX_CONFIG_BYTES, YamlInputError, load_yaml, read_text
 from hami_core.plugins.errors import ConfigError
+from hami_core.plugins.helpers import pydantic_error
 from hami_core.plugins.types import MEM_PERCENTAGE_UNSET
 from hami_core.wire import keys
 from hami_core.wire.common import INT32_MAX, MAX_NODE_DEVICES
@@ -131,13 +132,6 @@ class SchedulerConfig(BaseModel):
             raise ValueError(str(exc)) from None
 
 
-def pydantic_error(section: str, exc: ValidationError) -> ConfigError:
-    """A :class:`ConfigError` naming every offending field as ``section.field``."""
-    parts = []
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in (section, *err["loc"]) if p != "")
-        parts.append(f"{loc}: {err['msg']}")
-    return ConfigError("invalid configuration: " + "; ".join(parts))
 
 
 @dataclass(frozen=True, slots=True)

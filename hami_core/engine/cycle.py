@@ -301,7 +301,8 @@ class Cycle:
         ``placement=False``: no plugin scores this pod's placement, so the prescore is the score.
         """
         totals = [pre[state.name] for state in feasible]
-        if not placement or not self.hook.hami_score_nodes.get_hookimpls():
+        scorers = self.hook.score_callers(self.requests.backends()) if placement else []
+        if not scorers:
             return {state.name: totals[i] for i, state in enumerate(feasible)}
         candidates = []
         for state in feasible:
@@ -309,7 +310,8 @@ class Cycle:
                         else {b: self._devices(state, b, init=True) for b in state.devices})
             candidates.append(ScoreCandidate(state, self.assignment(state), previous, self.totals(state)))
         sign = -NEUTRAL_SCORE_FACTOR if self.policy.node == "spread" else NEUTRAL_SCORE_FACTOR
-        for answer in self.hook.hami_score_nodes(pod=self.pod, candidates=candidates, policy=self.policy):
+        answers = [a for call in scorers for a in call(pod=self.pod, candidates=candidates, policy=self.policy)]
+        for answer in answers:
             if answer is None:
                 continue
             if len(answer) != len(candidates):

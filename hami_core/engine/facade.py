@@ -26,7 +26,7 @@ from hami_core.engine.config import HAMI_SECTIONS, EngineConfig, load_config
 from hami_core.engine.cycle import Cycle
 from hami_core.engine.decision import Decision
 from hami_core.engine.inventory import NodeState
-from hami_core.engine.ledger import Booking, Ledger, collapse, mig_from_allocations, mig_from_devices
+from hami_core.engine.ledger import Booking, Ledger, mig_from_allocations, mig_from_devices
 from hami_core.engine.pods import (
     annotations,
     host_requests,
@@ -42,6 +42,8 @@ from hami_core.engine.requests import pod_requests
 from hami_core.engine.table import NodeTable
 from hami_core.engine.workload import WorkloadModel, pod_shapes
 from hami_core.plugins.errors import AdmissionDenied, ConfigError, HamiError, PluginError, WireFormatError
+from hami_core.plugins.fit import collapse
+from hami_core.plugins.relay import RoutedHooks
 from hami_core.plugins.types import (
     ContainerRequests,
     DeviceBackend,
@@ -94,9 +96,10 @@ class Engine:
             plugins = get_plugin_manager()
         self.config = load_config(config)
         self.plugins = plugins
-        self.hook = plugins.hook
         self.clock = clock
         self.backends: dict[str, DeviceBackend] = {b.name: b for b in plugins.backends(self.config.devices)}
+        #: ``plugins.hook`` with each backend's hooks routed to that backend alone
+        self.hook = RoutedHooks(plugins, self.backends.values())
         self._backend_list = tuple(self.backends[n] for n in sorted(self.backends))
         self._lock_annotations = frozenset({keys.NODE_LOCK} | {b.lock_annotation for b in self._backend_list
                                                                 if b.lock_annotation})
@@ -617,13 +620,7 @@ class Engine:
         A vendor plugin's implementation only scores its own backends, so it matters only when the pod
         requests one of them; any other plugin (a policy, a topology scorer) always matters.
         """
-        scorers = {impl.plugin_name for impl in self.hook.hami_score_nodes.get_hookimpls()}
-        if not scorers:
-            return False
-        vendors = {impl.plugin_name for impl in self.hook.hami_device_backends.get_hookimpls()}
-        if scorers - vendors:
-            return True
-        return any(self.backends[name].plugin in scorers for name in requests.backends())
+        return bool(self.hook.score_callers(requests.backends()))
 
     def _fit_best_first(self, cycle: Cycle, alive: list[NodeState], rows: np.ndarray, pre: np.ndarray,
                         limit: int, own_at: int) -> list[int]:

@@ -38,42 +38,6 @@ class Booking:
         return self.pod.partition("/")[0]
 
 
-def collapse(devices: PodDevices, init_count: int, *, app_only: bool = False) -> dict[str, tuple[ContainerDevice, ...]]:
-    """Effective usage of a pod per backend and device (spec §6.3 "Collapse").
-
-    Init containers run one after another, so they count as their peak; app containers run together,
-    so they add up. With ``app_only`` (every init container has exited 0) only app containers count.
-    Result: per backend one tuple of devices sorted by UUID, each with ``slots`` set.
-    """
-    out: dict[str, tuple[ContainerDevice, ...]] = {}
-    for backend, containers in devices.items():
-        init: dict[str, list[int]] = {}
-        app: dict[str, list[int]] = {}
-        idx: dict[str, int] = {}
-        for pos, ctr in enumerate(containers):
-            is_init = pos < init_count
-            if is_init and app_only:
-                continue
-            for d in ctr:
-                idx.setdefault(d.uuid, d.idx)
-                if is_init:
-                    peak = init.setdefault(d.uuid, [0, 0])
-                    peak[0] = max(peak[0], d.usedmem)
-                    peak[1] = max(peak[1], d.usedcores)
-                else:
-                    acc = app.setdefault(d.uuid, [0, 0, 0])
-                    acc[0] += d.usedmem
-                    acc[1] += d.usedcores
-                    acc[2] += 1
-        merged = []
-        for uuid in sorted(set(init) | set(app)):
-            i_mem, i_cores = init.get(uuid, (0, 0))
-            a_mem, a_cores, a_slots = app.get(uuid, (0, 0, 0))
-            slots = max(1 if uuid in init else 0, a_slots, 1)
-            merged.append(ContainerDevice(uuid, backend, max(i_mem, a_mem), max(i_cores, a_cores), idx[uuid], slots))
-        if merged:
-            out[backend] = tuple(merged)
-    return out
 
 
 def mig_from_devices(devices: PodDevices) -> dict[str, tuple[MigInstance, ...]]:

@@ -14,6 +14,7 @@ from hami_core.node.register import RegistrationWriter
 from hami_core.node.server import KUBELET_SOCKET, DevicePluginServer, KubeletWatcher, socket_name
 from hami_core.plugins.errors import HamiError
 from hami_core.plugins.node_context import NodeContext, bound
+from hami_core.plugins.relay import RoutedHooks
 from hami_core.plugins.types import ContainerAllocation, ContainerDevice, DeviceBackend, HealthWatch
 from hami_core.wire import keys
 
@@ -28,6 +29,8 @@ class DevicePluginApp:
                  register_interval_s: float = 30.0, watch_interval_s: float = 1.0) -> None:
         self.pm = pm
         self.backend = backend
+        #: ``pm.hook`` with this backend's hooks routed to it alone
+        self.hook = RoutedHooks(pm, [backend])
         self.cluster = cluster
         self.node_name = node_name
         plugin_dir = Path(plugin_dir)
@@ -35,7 +38,7 @@ class DevicePluginApp:
         #: Bound around every node-side hook call (see :mod:`hami_core.plugins.node_context`).
         self.context = NodeContext(node_name, lambda: cluster.pods_on_node(node_name))
         with bound(self.context):
-            devices = pm.hook.hami_discover_devices(backend=backend)
+            devices = self.hook.hami_discover_devices(backend=backend)
         if devices is None:
             raise HamiError(f"no plugin implements hami_discover_devices for backend {backend.name}")
         self.devices = list(devices)
@@ -62,7 +65,7 @@ class DevicePluginApp:
     def _allocate(self, pod: Mapping[str, Any], index: int,
                   devices: Sequence[ContainerDevice]) -> ContainerAllocation | None:
         with bound(self.context):
-            return self.pm.hook.hami_allocate(backend=self.backend, pod=pod, container_index=index, devices=devices)
+            return self.hook.hami_allocate(backend=self.backend, pod=pod, container_index=index, devices=devices)
 
     def restart(self) -> None:
         self.server.stop()
@@ -118,7 +121,7 @@ class DevicePluginApp:
         name = self.backend.name
         try:
             with bound(self.context):
-                watch = self.pm.hook.hami_watch_health(backend=self.backend, devices=list(self.devices),
+                watch = self.hook.hami_watch_health(backend=self.backend, devices=list(self.devices),
                                                       on_health=self._on_health)
         except Exception as exc:
             log.error("backend %s: the device health watch failed to start (%s: %s); serving with health "

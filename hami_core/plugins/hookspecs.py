@@ -214,14 +214,14 @@ def hami_filter_nodes(
     Phase: filter; one call per container and requested backend, whatever the number of nodes.
     Each candidate's ``devices`` are sorted by the GPU policy with the preferred device **last**; walk
     them from the end, as HAMi does. The standard checklist is
-    :func:`hami_core.engine.fit.standard_fit`; vendors call it with their own rules. Stops at the first
+    :func:`hami_core.plugins.fit.standard_fit`; vendors call it with their own rules. Stops at the first
     non-``None`` result, so a non-vendor plugin that wants to veto nodes wraps this hook
     (``@hookimpl(wrapper=True)``) and edits the results.
 
     ``quota`` is the pod's namespace ResourceQuota (:class:`QuotaView`, spec §11) when the namespace limits this
     backend's memory or core resource, else ``None``. A vendor that enforces quota inside its fit (HAMi: NVIDIA,
     Cambricon) accepts the argument and passes
-    ``quota_predicate(quota, backend, candidate)`` (:func:`hami_core.engine.fit.quota_predicate`) as
+    ``quota_predicate(quota, backend, candidate)`` (:func:`hami_core.plugins.fit.quota_predicate`) as
     ``standard_fit``'s ``quota``, which refuses a device with ``ResourceQuotaNotFit`` when the pod's hypothetical
     usage would exceed a limit. Implementations may omit the argument (pluggy passes only what they name).
 

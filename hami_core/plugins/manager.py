@@ -26,6 +26,7 @@ import stevedore
 import hami_core
 from hami_core.plugins import hookspecs
 from hami_core.plugins.errors import ConfigError, PluginError
+from hami_core.plugins.relay import warn_legacy
 from hami_core.plugins.types import DeviceBackend
 
 __all__ = [
@@ -129,6 +130,7 @@ class HamiPluginManager(pluggy.PluginManager):
                                       f"and by plugin {who}; {_REPORT_TO_AUTHOR}")
                 by_name[item.name] = dataclasses.replace(item, plugin=impl.plugin_name)
             logger.debug("plugin %s registers backends %s", who, [item.name for item in items])
+            warn_legacy(impl.plugin_name, who, self, items)
         return [by_name[name] for name in sorted(by_name)]
 
     def _register_reported(self, plugin: object, name: str, dist: str | None, version: str | None,

@@ -90,7 +90,7 @@ class DeviceBackend:
     lock_annotation: str | None = None
     #: The backend's fit never places a request on a device without a free slot, with fewer free cores
     #: than ``min(coresreq, 100)`` or less free memory than ``memreq``, nor a 100-core request on a busy
-    #: 100-core device (true of :func:`~hami_core.engine.fit.standard_fit`). The engine may then skip,
+    #: 100-core device (true of :func:`~hami_core.plugins.fit.standard_fit`). The engine may then skip,
     #: from numeric summaries, nodes that cannot meet these before calling the filter hook.
     standard_capacity: bool = False
     #: HAMi's ``NodeCleanUp`` deletes the handshake annotation of a node that went stale (NVIDIA, Hygon...);
@@ -379,7 +379,7 @@ class QuotaView:
     ``entries`` maps each resource name with a limit set to its :class:`QuotaEntry`; ``used`` excludes the pod's
     own earlier reservation (it is being scheduled again). ``position`` is the container being fitted (init
     containers first) and ``init_count`` the pod's number of init containers, so a fit can collapse the pod's
-    hypothetical usage (:func:`hami_core.engine.fit.quota_predicate` does it for the standard checklist).
+    hypothetical usage (:func:`hami_core.plugins.fit.quota_predicate` does it for the standard checklist).
     """
 
     __slots__ = ("entries", "init_count", "namespace", "position")

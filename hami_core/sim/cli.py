@@ -16,8 +16,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from hami_core.engine.config import EngineConfig, SchedulerConfig, load_config, pydantic_error
+from hami_core.engine.config import EngineConfig, SchedulerConfig, load_config
 from hami_core.engine.facade import Engine
+from hami_core.plugins.helpers import pydantic_error
 from hami_core.plugins.manager import get_plugin_manager
 from hami_core.sim import openb
 from hami_core.sim.experiment import Experiment, Policy, PolicyError, parse_seeds, resolve_policies, sim_pods

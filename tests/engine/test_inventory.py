@@ -18,8 +18,8 @@ from core_helpers import (
 )
 
 from hami_core.engine.facade import Engine
-from hami_core.engine.ledger import collapse
 from hami_core.plugins.errors import WireFormatError
+from hami_core.plugins.fit import collapse
 from hami_core.plugins.types import ContainerDevice
 
 

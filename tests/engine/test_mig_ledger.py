@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from hami_core.engine.fit import standard_fit
 from hami_core.engine.inventory import NodeState
-from hami_core.engine.ledger import Booking, Ledger, collapse, mig_from_allocations, mig_from_devices
+from hami_core.engine.ledger import Booking, Ledger, mig_from_allocations, mig_from_devices
 from hami_core.engine.table import NodeTable
+from hami_core.plugins.fit import collapse, standard_fit
 from hami_core.plugins.types import (
     ContainerDevice,
     DeviceInfo,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from hami_core.engine.fit import standard_fit
 from hami_core.engine.policy import device_score, effective_policy, sort_devices
 from hami_core.plugins.errors import WireFormatError
+from hami_core.plugins.fit import standard_fit
 from hami_core.plugins.types import DeviceInfo, DeviceRequest, DeviceUsage, GpuPolicy
 
 

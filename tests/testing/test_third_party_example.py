@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from hami_core import hookimpl
-from hami_core.engine.fit import standard_fit
+from hami_core.plugins.fit import standard_fit
 from hami_core.plugins.types import ContainerDevice, DeviceBackend, DeviceRequest, FitCandidate, FitResult, Mutation
 from hami_core.testing import DeviceBackendConformance
 from hami_core.testing.conformance import ConformanceKit

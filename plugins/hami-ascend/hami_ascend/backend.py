@@ -12,8 +12,8 @@ from typing import Any
 
 from hami_ascend.config import AscendConfig, BackendConfig, ChipConfig
 from hami_core.default_plugins.health import generic_health
-from hami_core.engine.fit import memory_to_book
 from hami_core.plugins.errors import AdmissionFailed, WireFormatError
+from hami_core.plugins.fit import memory_to_book
 from hami_core.plugins.types import (
     ContainerDevice,
     DeviceBackend,

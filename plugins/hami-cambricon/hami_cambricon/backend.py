@@ -13,9 +13,8 @@ from datetime import datetime
 from typing import Any
 
 from hami_cambricon.config import SECTION, CambriconConfig, MluModelSpec
-from hami_core.engine.fit import QuotaCheck, standard_fit
-from hami_core.engine.ledger import collapse
 from hami_core.plugins.errors import AdmissionFailed, TemporaryError, WireFormatError
+from hami_core.plugins.fit import QuotaCheck, collapse, standard_fit
 from hami_core.plugins.types import (
     ContainerDevice,
     ContainerRequests,

@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from pydantic import BaseModel, ConfigDict, Field
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
-from hami_core.engine.config import pydantic_error
-from hami_core.plugins.errors import ConfigError
 from hami_core.wire.common import INT32_MAX
 
 #: HAMi's chart defaults (``charts/hami/templates/scheduler/device-configmap.yaml``, vendors.md E.1).
@@ -30,17 +26,3 @@ class HygonConfig(BaseModel):
     resource_core_name: str = Field(DEFAULT_CORE_NAME, alias="resourceCoreName")
     memory_factor: int = Field(1, alias="memoryFactor", ge=0, le=INT32_MAX)
 
-
-def parse_config(section: Any) -> HygonConfig:
-    """Validate the ``hygon:`` section; a bad field raises :class:`ConfigError` naming ``hygon.<field>``.
-
-    ``None`` (a YAML ``hygon:`` with an empty body) and ``{}`` both mean the chart defaults.
-    """
-    if section is None:
-        section = {}
-    if not isinstance(section, dict):
-        raise ConfigError(f"hygon: must be a mapping, got {type(section).__name__}")
-    try:
-        return HygonConfig.model_validate(section)
-    except ValidationError as exc:
-        raise pydantic_error("hygon", exc) from None

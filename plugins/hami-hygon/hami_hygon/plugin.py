@@ -1,56 +1,16 @@
-"""Hook implementations for the Hygon DCU backend: thin adapters over :mod:`hami_hygon.backend`.
-
-Health (the generic handshake rule), allocation annotations, allocation decoding, the node lock and
-the node score come from hami-core's built-in plugins, driven by the backend's annotation keys.
-"""
+"""The ``hami.devices`` entry point of hami-hygon: one DCU backend when the ``hygon:`` section is present."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
-from hami_core import hookimpl
-from hami_core.plugins.types import (
-    DeviceBackend,
-    DeviceInfo,
-    DeviceRequest,
-    FitCandidate,
-    FitResult,
-    GpuPolicy,
-    Mutation,
-)
-from hami_hygon import backend as dcu
-from hami_hygon.config import parse_config
-
-
-def _mine(backend: DeviceBackend) -> bool:
-    return backend.vendor == dcu.VENDOR and backend.name == dcu.COMMON_WORD
+from hami_core.plugins import hookimpl, parse_section
+from hami_hygon.backend import DcuBackend
+from hami_hygon.config import HygonConfig
 
 
 @hookimpl
-def hami_device_backends(config: Mapping[str, Any]) -> list[DeviceBackend]:
-    """One DCU backend when the ``hygon:`` section is present (``None``/``{}`` = chart defaults)."""
-    if "hygon" not in config:
-        return []
-    return [dcu.make_backend(parse_config(config["hygon"]))]
-
-
-@hookimpl
-def hami_node_devices(backend: DeviceBackend, node: Mapping[str, Any]) -> list[DeviceInfo] | None:
-    return dcu.node_devices(backend, node) if _mine(backend) else None
-
-
-@hookimpl
-def hami_mutate_container(backend: DeviceBackend, container: dict[str, Any]) -> Mutation | None:
-    return Mutation(dcu.mutate_container(backend, container)) if _mine(backend) else None
-
-
-@hookimpl
-def hami_container_request(backend: DeviceBackend, container: Mapping[str, Any]) -> DeviceRequest | None:
-    return dcu.container_request(backend, container) if _mine(backend) else None
-
-
-@hookimpl
-def hami_filter_nodes(backend: DeviceBackend, pod: Mapping[str, Any], request: DeviceRequest,
-                      candidates: Sequence[FitCandidate], policy: GpuPolicy) -> list[FitResult] | None:
-    return dcu.filter_nodes(backend, pod, request, candidates, policy) if _mine(backend) else None
+def hami_device_backends(config: Mapping[str, Any]) -> list[DcuBackend]:
+    """``hygon:`` with an empty body (or ``{}``) means the chart defaults; no section, no backend."""
+    return [DcuBackend.from_config(parse_section("hygon", HygonConfig, config["hygon"]))] if "hygon" in config else []

@@ -14,7 +14,8 @@ from typing import Any
 import hami_hygon.plugin
 from hami_core import testing as kit
 from hami_core.engine.facade import Engine
-from hami_core.plugins.types import DeviceBackend, DeviceRequest, DeviceUsage, FitResult, GpuPolicy, ResourceNames
+from hami_core.plugins import parse_section
+from hami_core.plugins.types import DeviceRequest, DeviceUsage, FitResult, GpuPolicy, ResourceNames
 from hami_core.testing import T0 as T0
 from hami_core.testing import Clock as Clock
 from hami_core.testing import FakeNode as FakeNode
@@ -22,8 +23,8 @@ from hami_core.testing import chosen as chosen
 from hami_core.testing import gpu_policy as gpu_policy
 from hami_core.testing import requesting as requesting
 from hami_core.wire import keys
-from hami_hygon import backend as dcu
-from hami_hygon.config import parse_config
+from hami_hygon.backend import COMMON_WORD, DcuBackend
+from hami_hygon.config import HygonConfig
 
 DCUNUM = "hygon.com/dcunum"
 DCUMEM = "hygon.com/dcumem"
@@ -58,9 +59,14 @@ def make_engine(hygon: Mapping[str, Any] | None = None, *, scheduler: Mapping[st
     return kit.engine_with(hami_hygon.plugin, config={"hygon": dict(hygon or {})}, scheduler=scheduler, clock=clock)
 
 
-def make_backend(**hygon: Any) -> DeviceBackend:
+def parse_config(section: Any) -> HygonConfig:
+    """The ``hygon:`` section validated as the plugin validates it."""
+    return parse_section("hygon", HygonConfig, section)
+
+
+def make_backend(**hygon: Any) -> DcuBackend:
     """The DCU backend for a ``hygon:`` section given as keyword arguments (HAMi's camelCase keys)."""
-    return dcu.make_backend(parse_config(hygon))
+    return DcuBackend.from_config(parse_config(hygon))
 
 
 # --------------------------------------------------------------------------------------------- pods
@@ -117,19 +123,19 @@ def dcu_node(name: str, n: int = 2, **device: Any) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------------------------- fit
 #: A device with its usage (defaults: the upstream test card, 128 MiB / 100 cores, ``hami-core`` mode).
-usage = partial(kit.usage, vendor=dcu.COMMON_WORD, mode="hami-core")
+usage = partial(kit.usage, vendor=COMMON_WORD, mode="hami-core")
 
 
 def request(nums: int = 1, memreq: int = 0, coresreq: int = 0, pct: int = 0,
-            type: str = dcu.COMMON_WORD) -> DeviceRequest:
+            type: str = COMMON_WORD) -> DeviceRequest:
     return kit.request(type, nums, memreq, coresreq, pct)
 
 
 def fit(devices: Sequence[DeviceUsage], req: DeviceRequest, *, pod_annotations: Mapping[str, str] | None = None,
-        policy: GpuPolicy | None = None, backend: DeviceBackend | None = None) -> FitResult:
-    """``hami_hygon.backend.filter_nodes`` on one node whose devices are given in HAMi's sorted order.
+        policy: GpuPolicy | None = None, backend: DcuBackend | None = None) -> FitResult:
+    """:meth:`DcuBackend.hami_filter_nodes` on one node whose devices are given in HAMi's sorted order.
 
     Fit walks the list from the last device to the first, like HAMi.
     """
-    return kit.fit_one(dcu.filter_nodes, backend or make_backend(), devices, req, pod_annotations=pod_annotations,
-                       policy=policy)
+    dcu = backend or make_backend()
+    return kit.fit_one(dcu.hami_filter_nodes, dcu, devices, req, pod_annotations=pod_annotations, policy=policy)

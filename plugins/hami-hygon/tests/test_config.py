@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hygon_testlib import container, dcu_container, make_engine, make_pod
+from hygon_testlib import container, dcu_container, make_engine, make_pod, parse_config
 
 from hami_core.engine.facade import Engine
 from hami_core.plugins.errors import ConfigError
 from hami_core.plugins.types import DeviceRequest
-from hami_hygon.config import HygonConfig, parse_config
+from hami_hygon.config import HygonConfig
 
 
 def test_chart_defaults() -> None:

@@ -21,7 +21,6 @@ from hygon_testlib import (
 )
 
 from hami_core.plugins.types import ContainerDevice, GpuPolicy
-from hami_hygon.backend import Selection
 
 
 def two() -> list:
@@ -134,7 +133,7 @@ def test_memory_given_wins_over_the_percentage_field() -> None:
     ({USE_TYPE: "DCU", NOUSE_TYPE: "Z100"}, "DCU-K100_AI", True),
 ])
 def test_type_selection(annotations: dict[str, str], card: str, ok: bool) -> None:
-    assert Selection(make_backend(), annotations).type_ok(card) is ok
+    assert make_backend().selection({"metadata": {"annotations": annotations}}).type_ok(card) is ok
 
 
 def test_type_annotation_in_fit() -> None:

@@ -29,7 +29,6 @@ from hygon_testlib import (
 from hami_core.engine.facade import Engine
 from hami_core.plugins.errors import WireFormatError
 from hami_core.plugins.types import DeviceInfo
-from hami_hygon import backend as dcu
 
 TWO_HOURS = 2 * 3600.0
 #: The E.2 registration example, verbatim.
@@ -56,19 +55,19 @@ def test_e2_example_registers_two_k100_cards(clock: Clock) -> None:
 
 
 def test_e5_nine_field_device_keeps_its_mode() -> None:
-    (dev,) = dcu.node_devices(make_backend(), make_node("n", "test-0,1,1024,100,DCU,0,true,0,test:"))
+    (dev,) = make_backend().hami_node_devices(make_node("n", "test-0,1,1024,100,DCU,0,true,0,test:"))
     assert dev == DeviceInfo(id="test-0", index=0, count=1, devmem=1024, devcore=100, type="DCU", numa=0,
                              mode="test", health=True)
 
 
 def test_seven_field_device_defaults_to_index_0_and_hami_core() -> None:
-    (dev,) = dcu.node_devices(make_backend(), make_node("n", "DCU-a,4,16384,100,DCU-Z100,1,1:"))
+    (dev,) = make_backend().hami_node_devices(make_node("n", "DCU-a,4,16384,100,DCU-Z100,1,1:"))
     assert (dev.index, dev.mode, dev.numa, dev.health) == (0, "hami-core", 1, True)
 
 
 def test_go_bools_and_empty_segments() -> None:
     raw = "::DCU-a,4,16384,100,DCU-Z100,0,F,0,hami-core::DCU-b,4,16384,100,DCU-Z100,0,TRUE,1,hami-core"
-    devs = dcu.node_devices(make_backend(), make_node("n", raw))
+    devs = make_backend().hami_node_devices(make_node("n", raw))
     assert [(d.id, d.health, d.index) for d in devs] == [("DCU-a", False, 0), ("DCU-b", True, 1)]
 
 
@@ -76,7 +75,7 @@ def test_json_registration_is_read_too() -> None:
     raw = json.dumps([{"id": "DCU-j0", "count": 4, "devmem": 16384, "devcore": 100, "type": "DCU-Z100",
                        "health": True}, {"ID": "DCU-j1", "Index": 1, "Count": 2, "Devmem": 8192, "Devcore": 100,
                                          "Type": "DCU-Z100L", "Numa": 1, "Mode": "hami-core", "Health": True}])
-    devs = dcu.node_devices(make_backend(), make_node("n", raw))
+    devs = make_backend().hami_node_devices(make_node("n", raw))
     assert devs == [
         DeviceInfo(id="DCU-j0", count=4, devmem=16384, devcore=100, type="DCU-Z100", health=True),
         DeviceInfo(id="DCU-j1", index=1, count=2, devmem=8192, devcore=100, type="DCU-Z100L", numa=1,
@@ -85,7 +84,7 @@ def test_json_registration_is_read_too() -> None:
 
 
 def test_no_annotation_means_no_devices(clock: Clock) -> None:
-    assert dcu.node_devices(make_backend(), make_node("n")) == []
+    assert make_backend().hami_node_devices(make_node("n")) == []
     engine = make_engine(clock=clock)
     status = engine.upsert_node(make_node("cpu-node"))
     assert (status.devices, status.errors) == ({}, {})
@@ -108,7 +107,7 @@ def test_no_annotation_means_no_devices(clock: Clock) -> None:
 ])
 def test_malformed_registration_names_the_annotation(raw: str, message: str) -> None:
     with pytest.raises(WireFormatError) as info:
-        dcu.node_devices(make_backend(), make_node("n", raw))
+        make_backend().hami_node_devices(make_node("n", raw))
     assert str(info.value).startswith(message)
 
 

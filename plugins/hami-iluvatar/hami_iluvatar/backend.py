@@ -10,8 +10,8 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from hami_core.engine.fit import standard_fit
 from hami_core.plugins.errors import AdmissionFailed, WireFormatError
+from hami_core.plugins.fit import standard_fit
 from hami_core.plugins.types import (
     DeviceBackend,
     DeviceInfo,
@@ -69,7 +69,7 @@ def nouse_uuid_annotation(common_word: str) -> str:
 def make_backend(chip: IluvatarChipConfig) -> DeviceBackend:
     """The :class:`DeviceBackend` of one ``iluvatars:`` entry (HAMi ``InitIluvatarDevice``, F.1-F.2).
 
-    ``standard_capacity`` holds because the fit is :func:`~hami_core.engine.fit.standard_fit` unchanged.
+    ``standard_capacity`` holds because the fit is :func:`~hami_core.plugins.fit.standard_fit` unchanged.
     """
     word = chip.common_word
     return DeviceBackend(

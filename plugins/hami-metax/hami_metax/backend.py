@@ -20,10 +20,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hami_core.engine.fit import standard_fit
 from hami_core.engine.pods import annotations as annotations_of
 from hami_core.engine.pods import containers, pod_key
 from hami_core.plugins.errors import AdmissionFailed, WireFormatError
+from hami_core.plugins.fit import standard_fit
 from hami_core.plugins.types import (
     ContainerDevice,
     DeviceBackend,

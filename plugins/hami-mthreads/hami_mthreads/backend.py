@@ -9,8 +9,8 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from hami_core.engine.fit import CustomRule, standard_fit
 from hami_core.plugins.errors import AdmissionFailed, WireFormatError
+from hami_core.plugins.fit import CustomRule, standard_fit
 from hami_core.plugins.types import (
     ContainerDevice,
     DeviceBackend,

@@ -11,8 +11,8 @@ from functools import lru_cache
 from typing import Any
 
 from hami_core.default_plugins.health import allocatable_count, generic_health
-from hami_core.engine.fit import quota_predicate, standard_fit
 from hami_core.plugins.errors import AdmissionFailed, WireFormatError
+from hami_core.plugins.fit import quota_predicate, standard_fit
 from hami_core.plugins.types import (
     MEM_PERCENTAGE_UNSET,
     ContainerDevice,

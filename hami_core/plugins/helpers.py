@@ -1,0 +1,114 @@
+"""Small helpers every vendor backend needs: container resources, integer quantities, selection annotations,
+environment edits and config sections. Each one replaces copies that lived in several vendor packages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from hami_core.plugins.errors import ConfigError, WireFormatError
+from hami_core.wire.common import INT64_MAX, INT64_MIN, split_list
+from hami_core.wire.quantity import quantity_to_int
+
+__all__ = ["Selection", "as_int64", "parse_section", "pydantic_error", "resource", "set_env"]
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+def resource(container: Mapping[str, Any], name: str | None, *, limits_only: bool = False) -> Any:
+    """A container resource quantity as written: limits first, then requests (HAMi's lookup), ``None`` if absent
+    (or ``name`` is empty). ``limits_only`` skips requests, as HAMi does for some resources."""
+    if not name:
+        return None
+    res = container.get("resources") or {}
+    value = (res.get("limits") or {}).get(name)
+    if value is None and not limits_only:
+        value = (res.get("requests") or {}).get(name)
+    return value
+
+
+def as_int64(value: Any) -> int | None:
+    """Kubernetes ``Quantity.AsInt64``: the exact integer value, or ``None`` when it is fractional, not a
+    quantity, or beyond int64."""
+    try:
+        number = quantity_to_int(value)
+    except WireFormatError:
+        return None
+    if number is None or not INT64_MIN <= number <= INT64_MAX:
+        return None
+    return number
+
+
+def set_env(container: dict[str, Any], name: str, value: str) -> None:
+    """Set ``name=value`` in a container's ``env`` list, replacing an existing entry of that name."""
+    env = container.setdefault("env", [])
+    for item in env:
+        if item.get("name") == name:
+            item["value"] = value
+            return
+    env.append({"name": name, "value": value})
+
+
+class Selection:
+    """A pod's device selection annotations (vendors.md A.8): use/no-use lists of card types and of UUIDs.
+
+    Type lists match when the upper-cased card type contains an upper-cased entry; UUID lists match exactly.
+    Entries are trimmed and empty ones ignored, so an empty or blank value is no constraint. A device must match
+    the use list (when set) and no entry of the no-use list (when set).
+    """
+
+    __slots__ = ("nouse_type", "nouse_uuid", "use_type", "use_uuid")
+
+    def __init__(self, annotations: Mapping[str, str], *, use_type: str | None, nouse_type: str | None,
+                 use_uuid: str | None, nouse_uuid: str | None) -> None:
+        self.use_type = tuple(t.upper() for t in split_list(annotations.get(use_type or "")))
+        self.nouse_type = tuple(t.upper() for t in split_list(annotations.get(nouse_type or "")))
+        self.use_uuid = frozenset(split_list(annotations.get(use_uuid or "")))
+        self.nouse_uuid = frozenset(split_list(annotations.get(nouse_uuid or "")))
+
+    def type_ok(self, card_type: str) -> bool:
+        card = card_type.upper()
+        if self.use_type and not any(t in card for t in self.use_type):
+            return False
+        return not (self.nouse_type and any(t in card for t in self.nouse_type))
+
+    def uuid_ok(self, uuid: str) -> bool:
+        if self.use_uuid and uuid not in self.use_uuid:
+            return False
+        return not (self.nouse_uuid and uuid in self.nouse_uuid)
+
+    @property
+    def filters_type(self) -> bool:
+        return bool(self.use_type or self.nouse_type)
+
+    @property
+    def filters_uuid(self) -> bool:
+        return bool(self.use_uuid or self.nouse_uuid)
+
+
+def pydantic_error(section: str, exc: ValidationError) -> ConfigError:
+    """A :class:`ConfigError` naming every offending field as ``section.field``."""
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in (section, *err["loc"]) if p != "")
+        parts.append(f"{loc}: {err['msg']}")
+    return ConfigError("invalid configuration: " + "; ".join(parts))
+
+
+def parse_section(name: str, model: type[ModelT], value: Any) -> ModelT:
+    """Validate the ``name:`` section of device-config.yaml into ``model``.
+
+    ``None`` (a YAML key with an empty body) and ``{}`` mean the model's defaults; anything but a mapping, and
+    every invalid field, raise :class:`ConfigError` naming ``name.<field>``.
+    """
+    if value is None:
+        value = {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{name}: must be a mapping, got {type(value).__name__}")
+    try:
+        return model.model_validate(dict(value))
+    except ValidationError as exc:
+        raise pydantic_error(name, exc) from None

@@ -1,0 +1,226 @@
+"""``StandardBackend``: HAMi's generic ``Devices`` behaviour, driven by a backend's fields.
+
+A vendor subclasses it and overrides only what differs from HAMi's common rules; every ``hami_*`` method is a
+hook implementation for that backend alone (the core's relay, :mod:`hami_core.plugins.relay`, calls it only for
+its own backend, so nothing here asks "is this backend mine?"). Overriding a method needs no ``@hookimpl``.
+
+What the base does (vendors.md Part A):
+
+* ``hami_node_devices``: decodes ``register_annotation`` (JSON or HAMi's legacy colon form); absent ⇒ no devices,
+  a value with no device ⇒ "no gpu found on node" (the node keeps its previous devices);
+* ``hami_node_health``: the generic handshake rule on ``handshake_annotation`` (A.5);
+* ``hami_mutate_container``: the container uses the backend iff its count resource is in its limits;
+* ``hami_container_request``: count, memory (x ``memory_factor``), memory percentage and cores under HAMi's
+  integer limits, in four overridable steps;
+* ``hami_filter_nodes``: :func:`~hami_core.plugins.fit.standard_fit` with type/UUID selection from the
+  ``use_*``/``nouse_*`` annotations, the ``mutex`` GPU policy and, when :attr:`enforce_quota`, ResourceQuota;
+* ``hami_allocation_annotations`` / ``hami_decode_allocation``: HAMi's pod codec on the to-allocate and
+  allocated keys (A.4);
+* ``hami_node_lock``: ``lock_annotation`` when an app container uses the backend (A.6).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from hami_core.plugins.fit import DevicePredicate, quota_predicate, standard_fit
+from hami_core.plugins.health import standard_health
+from hami_core.plugins.helpers import Selection, as_int64, resource
+from hami_core.plugins.hookspecs import hookimpl
+from hami_core.plugins.objects import annotations
+from hami_core.plugins.types import (
+    MEM_PERCENTAGE_UNSET,
+    ContainerRequests,
+    DeviceBackend,
+    DeviceInfo,
+    DeviceRequest,
+    DeviceUsage,
+    FitCandidate,
+    FitResult,
+    GpuPolicy,
+    HealthReport,
+    LockSpec,
+    Mutation,
+    PodSingleDevice,
+    QuotaView,
+)
+from hami_core.wire.common import INT32_MAX, wire_error
+from hami_core.wire.nodes import decode_node_devices
+from hami_core.wire.pods import decode_pod_single_device, encode_pod_single_device
+
+__all__ = [
+    "StandardBackend",
+    "standard_allocation_annotations",
+    "standard_decode_allocation",
+    "standard_node_lock",
+]
+
+
+def standard_allocation_annotations(backend: DeviceBackend, devices: PodSingleDevice) -> dict[str, str] | None:
+    """The same value under the to-allocate and the allocated key, one entry per container (padded)."""
+    keys = [k for k in (backend.to_allocate_annotation, backend.allocated_annotation) if k]
+    if not keys:
+        return None
+    return dict.fromkeys(keys, encode_pod_single_device(devices))
+
+
+def standard_decode_allocation(backend: DeviceBackend, pod: Mapping[str, Any]) -> PodSingleDevice | None:
+    """The devices ``pod`` holds on ``backend`` by its allocated annotation (``None``: none)."""
+    key = backend.allocated_annotation
+    if not key:
+        return None
+    value = annotations(pod).get(key)
+    if not value:
+        return None
+    return decode_pod_single_device(value, key=key)
+
+
+def standard_node_lock(backend: DeviceBackend, requests: ContainerRequests) -> LockSpec | None:
+    """``LockSpec(lock_annotation)`` when an **app** container requests the backend."""
+    if not backend.lock_annotation:
+        return None
+    # HAMi checks app containers only: an init-only pod is bound without a lock (quirk §12.1.5).
+    app = requests.containers[requests.init_count:]
+    if any(backend.name in ctr for ctr in app):
+        return LockSpec(backend.lock_annotation)
+    return None
+
+
+def _never(dev: DeviceUsage) -> bool:
+    return False
+
+
+@dataclass(frozen=True, slots=True)
+class StandardBackend(DeviceBackend):
+    """A backend with HAMi's generic behaviour; subclass it and override what your vendor does differently.
+
+    Class-level knobs (set them in the subclass body) cover the common variations of the request rules; a
+    vendor whose rule differs in another way overrides the step method. State that lives as long as the
+    engine belongs in a field declared with ``field(default_factory=..., compare=False)``.
+    """
+
+    #: Cores a container books when its core resource is absent (HAMi: 0 for most, 100 for an exclusive card).
+    default_cores: ClassVar[int] = 0
+    #: Pass ResourceQuota to the fit (HAMi: NVIDIA and Cambricon enforce it in their fit).
+    enforce_quota: ClassVar[bool] = False
+
+    # ----------------------------------------------------------------------------------- inventory
+    @hookimpl
+    def hami_node_devices(self, node: Mapping[str, Any]) -> Sequence[DeviceInfo]:
+        key = self.register_annotation
+        raw = annotations(node).get(key) if key else None
+        if raw is None:
+            return []
+        devices = decode_node_devices(raw, key=key or "")
+        if not devices:
+            raise wire_error(key or "", "no gpu found on node")
+        return devices
+
+    @hookimpl
+    def hami_node_health(self, node: Mapping[str, Any], devices: Sequence[DeviceInfo], now: float) -> HealthReport:
+        return standard_health(self, node, devices, now)
+
+    # ----------------------------------------------------------------------------------- admission
+    @hookimpl
+    def hami_mutate_container(self, pod: dict[str, Any], container: dict[str, Any]) -> Mutation:
+        limits = (container.get("resources") or {}).get("limits") or {}
+        return Mutation(self.resource_names.count in limits)
+
+    # ----------------------------------------------------------------------------------- requests
+    @hookimpl
+    def hami_container_request(self, container: Mapping[str, Any]) -> DeviceRequest | None:
+        """HAMi ``GenerateResourceRequests``: ``None`` when the container does not use the backend or a step
+        drops the request."""
+        nums = self.request_count(container)
+        if nums is None:
+            return None
+        memreq = self.request_memory(container)
+        if memreq is None:
+            return None
+        cores = self.request_cores(container)
+        if cores is None:
+            return None
+        return DeviceRequest(self.name, nums, memreq, self.request_percentage(container, memreq), cores)
+
+    def request_count(self, container: Mapping[str, Any]) -> int | None:
+        """The device count: an integer in 1..MaxInt32 (limits, else requests), else ``None`` (not used)."""
+        nums = as_int64(resource(container, self.resource_names.count))
+        return nums if nums is not None and 1 <= nums <= INT32_MAX else None
+
+    def request_memory(self, container: Mapping[str, Any]) -> int | None:
+        """MiB per device: the memory quantity x ``memory_factor``; 0 when absent; ``None`` drops the request
+        (a non-integer quantity, or one outside 0..MaxInt32 once multiplied)."""
+        raw = resource(container, self.resource_names.memory)
+        if raw is None:
+            return 0
+        mem = as_int64(raw)
+        factor = max(self.resource_names.memory_factor, 1)
+        if mem is None or not 0 <= mem <= INT32_MAX // factor:
+            return None
+        return mem * factor
+
+    def request_percentage(self, container: Mapping[str, Any], memreq: int) -> int:
+        """``MemPercentagereq``: the percentage resource when given (1..100), else 100 (the whole card's memory)
+        when no memory is booked, else unset."""
+        raw = resource(container, self.resource_names.memory_percentage)
+        if raw is not None:
+            value = as_int64(raw)
+            if value is not None and value > 0:
+                return min(value, 100)
+        return 100 if memreq == 0 else MEM_PERCENTAGE_UNSET
+
+    def request_cores(self, container: Mapping[str, Any]) -> int | None:
+        """Cores per device: the core quantity, :attr:`default_cores` when absent or not an integer; ``None``
+        drops the request (outside 0..MaxInt32)."""
+        raw = resource(container, self.resource_names.cores)
+        if raw is None:
+            return self.default_cores
+        value = as_int64(raw)
+        if value is None:
+            return self.default_cores
+        return value if 0 <= value <= INT32_MAX else None
+
+    # ----------------------------------------------------------------------------------- filter
+    def selection(self, pod: Mapping[str, Any]) -> Selection:
+        """The pod's type/UUID selection from this backend's ``use_*``/``nouse_*`` annotation keys."""
+        return Selection(annotations(pod), use_type=self.use_type_annotation, nouse_type=self.nouse_type_annotation,
+                         use_uuid=self.use_uuid_annotation, nouse_uuid=self.nouse_uuid_annotation)
+
+    def type_predicate(self, pod: Mapping[str, Any], request: DeviceRequest, sel: Selection) -> DevicePredicate | None:
+        """The fit's type step: the request must be this backend's, and the card type must pass the selection."""
+        if request.backend != self.name:
+            return _never
+        return (lambda dev: sel.type_ok(dev.type)) if sel.filters_type else None
+
+    def fit_options(self, pod: Mapping[str, Any], request: DeviceRequest, policy: GpuPolicy) -> dict[str, Any]:
+        """Extra :func:`standard_fit` keywords (``numa_bind``, ``topology``, ``custom_rule``, ...); the base
+        applies the ``mutex`` GPU policy."""
+        return {"mutex": policy.has("mutex")}
+
+    @hookimpl
+    def hami_filter_nodes(self, pod: Mapping[str, Any], request: DeviceRequest, candidates: Sequence[FitCandidate],
+                          policy: GpuPolicy, quota: QuotaView | None) -> Sequence[FitResult]:
+        sel = self.selection(pod)
+        type_ok = self.type_predicate(pod, request, sel)
+        uuid_ok = (lambda dev: sel.uuid_ok(dev.id)) if sel.filters_uuid else None
+        options = self.fit_options(pod, request, policy)
+        if not self.enforce_quota:
+            quota = None
+        return [standard_fit(cand.devices, request, type_ok=type_ok, uuid_ok=uuid_ok,
+                             quota=quota_predicate(quota, self, cand), **options)
+                for cand in candidates]
+
+    # ----------------------------------------------------------------------------------- reserve / bind
+    @hookimpl
+    def hami_allocation_annotations(self, devices: PodSingleDevice) -> Mapping[str, str] | None:
+        return standard_allocation_annotations(self, devices)
+
+    @hookimpl
+    def hami_decode_allocation(self, pod: Mapping[str, Any]) -> PodSingleDevice | None:
+        return standard_decode_allocation(self, pod)
+
+    @hookimpl
+    def hami_node_lock(self, requests: ContainerRequests) -> LockSpec | None:
+        return standard_node_lock(self, requests)
