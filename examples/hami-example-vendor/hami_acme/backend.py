@@ -6,8 +6,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hami_core.plugins.fit import standard_fit
 from hami_core.plugins.errors import ConfigError, WireFormatError
+from hami_core.plugins.fit import standard_fit
 from hami_core.plugins.types import (
     MEM_PERCENTAGE_UNSET,
     DeviceBackend,
