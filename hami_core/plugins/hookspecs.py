@@ -1,9 +1,16 @@
 """The hami plugin contract: every ``hami_*`` hook, with its docstring as the reference manual.
 
-A plugin is a module (or object) with functions decorated by :data:`hami_core.hookimpl` whose names
-match the specs below. Implementations may accept a subset of a spec's arguments; arguments are always
-passed by keyword. Hooks marked *firstresult* stop at the first non-``None`` result, so a plugin must
-return ``None`` for backends it does not own (``backend.plugin`` or ``backend.name`` tell which).
+Two kinds of hooks. **Per-backend hooks** take a ``backend`` argument (node devices, health, admission,
+requests, filter, allocation annotations, decode, node lock, and the node side): a vendor implements them as
+methods of its backend object (:class:`~hami_core.plugins.standard.StandardBackend` subclasses), and the core
+calls them on that backend alone (:mod:`hami_core.plugins.relay`), so an implementation never checks whether the
+call is for one of its backends; the method omits ``backend`` (it is ``self``). **Broadcast hooks** (backend
+declaration, policies, prescore, score, pod bound) reach every plugin; cross-cutting plugins (a policy, a
+scorer, a veto) use them, and may wrap a per-backend hook (``@hookimpl(wrapper=True)``) to see every backend's
+answer. Implementations may accept a subset of a spec's arguments; arguments are always passed by keyword.
+Hooks marked *firstresult* stop at the first non-``None`` result. A module-level implementation of a
+per-backend hook in a vendor plugin (the contract before 0.2) still works for one release, with a deprecation
+warning; it must then return ``None`` for backends it does not own.
 
 The hot path (one scheduling decision) makes a constant number of hook calls per pod: requests are
 generated once per container and backend, and the filter and score hooks receive **every** candidate

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import pluggy
@@ -58,11 +58,17 @@ def _hook_methods(cls: type) -> Iterator[str]:
 
 class _BackendManager(pluggy.PluginManager):
     """A pluggy manager for one backend: its ``hami_*`` methods are hook implementations, marked or not (a
-    subclass overriding a base-class hook need not repeat ``@hookimpl``)."""
+    subclass overriding a base-class hook need not repeat ``@hookimpl``). Calls run through the parent manager's
+    executor, so its tracing (``HAMI_TRACE_PLUGINS``) and call monitors (the test kit's recorder) see them."""
 
-    def __init__(self, backend: DeviceBackend) -> None:
+    def __init__(self, backend: DeviceBackend, parent: pluggy.PluginManager) -> None:
         super().__init__(hookspecs.PROJECT_NAME)
         self._backend = backend
+        self._parent = parent
+
+    def _hookexec(self, hook_name: str, methods: Sequence[pluggy.HookImpl], kwargs: Mapping[str, object],
+                  firstresult: bool) -> object | list[object]:
+        return self._parent._hookexec(hook_name, methods, kwargs, firstresult)
 
     def parse_hookimpl_opts(self, plugin: object, name: str) -> pluggy.HookimplOpts | None:
         opts = super().parse_hookimpl_opts(plugin, name)
@@ -158,7 +164,7 @@ class RoutedHooks:
     def _build(self, backend: DeviceBackend) -> Any:
         if not is_backend_object(backend):
             return self._pm.hook  # legacy: the plugin routes by itself
-        sub = _BackendManager(backend)
+        sub = _BackendManager(backend, self._pm)
         sub.add_hookspecs(hookspecs)
         if not _is_standard(backend):
             for name in _DEFAULT_PER_BACKEND:

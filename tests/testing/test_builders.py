@@ -21,7 +21,6 @@ from hami_core.plugins.errors import PluginError
 from hami_core.plugins.types import (
     MEM_PERCENTAGE_UNSET,
     ContainerDevice,
-    DeviceBackend,
     DeviceRequest,
     FilterCode,
     FitCandidate,
@@ -64,13 +63,16 @@ import hami_acme.plugin  # noqa: E402 - after the sys.path line above
 from hami_acme import backend as acme  # noqa: E402
 
 ALLOCATED = "hami.io/acme-devices-allocated"
+REGISTER = "hami.io/node-acme-register"
+#: The ACME backend with its default configuration.
+ACME = acme.AcmeBackend.from_config(acme.AcmeConfig())
 HANDSHAKE = "hami.io/node-handshake-acme"
 
 
 def acme_node(name: str = "n1", cards: int = 2, devmem: int = 1024) -> dict[str, Any]:
     register = [{"id": f"A{i}", "index": i, "count": 4, "devmem": devmem, "devcore": 100, "type": "ACME-X1",
                  "health": True} for i in range(cards)]
-    return node(name, annotations={acme.REGISTER: json.dumps(register)})
+    return node(name, annotations={REGISTER: json.dumps(register)})
 
 
 def booked(engine: Any, name: str = "n1") -> list[tuple[str, int, int, int]]:
@@ -249,23 +251,23 @@ def test_fit_one_says_when_the_filter_does_not_answer_for_one_node() -> None:
 def test_fit_one_runs_a_real_fit_from_the_last_device() -> None:
     devices = [usage("A0", vendor="ACME"), usage("A1", vendor="ACME", usedmem=100)]
     # The last device is preferred while it fits; 64 MiB no longer fit on A1 (100 of 128 MiB booked).
-    assert chosen(fit_one(acme.filter_nodes, None, devices, request("ACME", 1, 16))) == ["A1"]
-    assert chosen(fit_one(acme.filter_nodes, None, devices, request("ACME", 1, 64))) == ["A0"]
-    assert chosen(fit_one(acme.filter_nodes, None, devices, request("ACME", 2, 16))) == ["A1", "A0"]
-    refused = fit_one(acme.filter_nodes, None, devices, request("ACME", 1, 200))
+    assert chosen(fit_one(ACME.hami_filter_nodes, ACME, devices, request("ACME", 1, 16))) == ["A1"]
+    assert chosen(fit_one(ACME.hami_filter_nodes, ACME, devices, request("ACME", 1, 64))) == ["A0"]
+    assert chosen(fit_one(ACME.hami_filter_nodes, ACME, devices, request("ACME", 2, 16))) == ["A1", "A0"]
+    refused = fit_one(ACME.hami_filter_nodes, ACME, devices, request("ACME", 1, 200))
     assert not refused.ok and "CardInsufficientMemory" in refused.reason
 
 
-def test_fit_one_takes_a_hook_implementation_and_its_answer_for_other_backends() -> None:
+def test_fit_one_takes_the_backend_hook_method() -> None:
     backend = engine_with(hami_acme.plugin, config={"acme": {}}).backends["ACME"]
     devices = [usage("A0", vendor="ACME"), usage("A1", vendor="ACME")]
-    assert chosen(fit_one(hami_acme.plugin.hami_filter_nodes, backend, devices, request("ACME"))) == ["A1"]
-    mutex = fit_one(hami_acme.plugin.hami_filter_nodes, backend, [usage("A0", vendor="ACME", used=1)],
+    assert chosen(fit_one(backend.hami_filter_nodes, backend, devices, request("ACME"))) == ["A1"]
+    mutex = fit_one(backend.hami_filter_nodes, backend, [usage("A0", vendor="ACME", used=1)],
                     request("ACME", 1, 16), policy=gpu_policy("mutex"))
     assert not mutex.ok
-    other = DeviceBackend(name="OTHER", vendor="other", resource_names=backend.resource_names)
-    with pytest.raises(AssertionError, match="does not own the backend"):
-        fit_one(hami_acme.plugin.hami_filter_nodes, other, devices, request("OTHER"))
+    # a request of another type never lands on an ACME card
+    other = fit_one(backend.hami_filter_nodes, backend, devices, request("OTHER"))
+    assert not other.ok and "CardTypeMismatch" in other.reason
 
 
 def test_chosen_gives_the_uuids_in_order_or_the_reason() -> None:

@@ -19,11 +19,13 @@ from typing import Any
 import pytest
 
 from hami_core import hookimpl
+from hami_core.plugins import parse_section
 from hami_core.plugins.fit import standard_fit
-from hami_core.plugins.types import ContainerDevice, DeviceBackend, DeviceRequest, FitCandidate, FitResult, Mutation
+from hami_core.plugins.types import ContainerDevice, DeviceRequest, FitCandidate, FitResult, Mutation
 from hami_core.testing import DeviceBackendConformance
 from hami_core.testing.conformance import ConformanceKit
 
+REGISTER = "hami.io/node-acme-register"
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "hami-example-vendor"
 if str(EXAMPLE) not in sys.path:
     sys.path.insert(0, str(EXAMPLE))
@@ -56,45 +58,37 @@ def test_example_declares_the_entry_point() -> None:
 
 
 # ------------------------------------------------------------------------------------------ broken plugins
-class _Acme:
-    """hami_acme.plugin as an object, so single hooks can be swapped for broken ones."""
+def _declaring(backend_class: type[acme.AcmeBackend]) -> type:
+    """A plugin like hami_acme.plugin that declares ``backend_class`` (a broken AcmeBackend) instead."""
 
-    __name__ = "hami_acme_broken"
-    hami_device_backends = staticmethod(hami_acme.plugin.hami_device_backends)
-    hami_node_devices = staticmethod(hami_acme.plugin.hami_node_devices)
-    hami_mutate_container = staticmethod(hami_acme.plugin.hami_mutate_container)
-    hami_container_request = staticmethod(hami_acme.plugin.hami_container_request)
-    hami_filter_nodes = staticmethod(hami_acme.plugin.hami_filter_nodes)
+    class Plugin:
+        __name__ = "hami_acme_broken"
+
+        @hookimpl
+        def hami_device_backends(self, config: Any) -> list[acme.AcmeBackend]:
+            if acme.VENDOR not in config:
+                return []
+            return [backend_class.from_config(parse_section(acme.VENDOR, acme.AcmeConfig, config[acme.VENDOR]))]
+
+    return Plugin
 
 
-class FreeTextReasons(_Acme):
-    @hookimpl
-    def hami_filter_nodes(self, backend: DeviceBackend, request: DeviceRequest, candidates: Sequence[FitCandidate],
-                          policy: Any) -> list[FitResult] | None:
-        results = hami_acme.plugin.hami_filter_nodes(backend=backend, request=request, candidates=candidates,
-                                                     policy=policy)
-        if results is None:
-            return None
+class _FreeTextReasons(acme.AcmeBackend):
+    def hami_filter_nodes(self, pod: Any, request: DeviceRequest, candidates: Sequence[FitCandidate], policy: Any,
+                          quota: Any) -> Sequence[FitResult]:
+        results = super().hami_filter_nodes(pod, request, candidates, policy, quota)
         return [r if r.ok else FitResult.unschedulable("no room on this node") for r in results]
 
 
-class OverAllocates(_Acme):
-    @hookimpl
-    def hami_filter_nodes(self, backend: DeviceBackend, request: DeviceRequest,
-                          candidates: Sequence[FitCandidate]) -> list[FitResult] | None:
-        if backend.vendor != acme.VENDOR:
-            return None
+class _OverAllocates(acme.AcmeBackend):
+    def hami_filter_nodes(self, request: DeviceRequest, candidates: Sequence[FitCandidate]) -> list[FitResult]:
         # Ignores usage: always the preferred card.
         return [FitResult.success([ContainerDevice(c.devices[-1].id, acme.COMMON_WORD, request.memreq,
                                                    request.coresreq, c.devices[-1].index)]) for c in candidates]
 
 
-class FirstDeviceOnly(_Acme):
-    @hookimpl
-    def hami_filter_nodes(self, backend: DeviceBackend, request: DeviceRequest,
-                          candidates: Sequence[FitCandidate]) -> list[FitResult] | None:
-        if backend.vendor != acme.VENDOR:
-            return None
+class _FirstDeviceOnly(acme.AcmeBackend):
+    def hami_filter_nodes(self, request: DeviceRequest, candidates: Sequence[FitCandidate]) -> list[FitResult]:
         out = []
         for cand in candidates:
             # Position-dependent: only the card the node registered first is ever used.
@@ -103,52 +97,53 @@ class FirstDeviceOnly(_Acme):
         return out
 
 
-class DefaultRequest(_Acme):
-    @hookimpl
-    def hami_container_request(self, backend: DeviceBackend, container: Any) -> DeviceRequest | None:
-        if backend.vendor != acme.VENDOR:
-            return None
-        return acme.container_request(backend, container) or DeviceRequest(acme.COMMON_WORD, 1, 0, 100, 0)
+class _DefaultRequest(acme.AcmeBackend):
+    def hami_container_request(self, container: Any) -> DeviceRequest | None:
+        return super().hami_container_request(container) or DeviceRequest(acme.COMMON_WORD, 1, 0, 100, 0)
 
 
-class CrashesOnPlainNodes(_Acme):
-    @hookimpl
-    def hami_node_devices(self, backend: DeviceBackend, node: Any) -> Any:
-        if backend.vendor != acme.VENDOR:
-            return None
-        raw = node["metadata"]["annotations"][acme.REGISTER]
-        return hami_acme.plugin.hami_node_devices(backend=backend, node=node) if raw else []
+class _CrashesOnPlainNodes(acme.AcmeBackend):
+    def hami_node_devices(self, node: Any) -> Any:
+        raw = node["metadata"]["annotations"][self.register_annotation]
+        return super().hami_node_devices(node) if raw else []
 
 
-class SwallowsBadRegistration(_Acme):
-    @hookimpl
-    def hami_node_devices(self, backend: DeviceBackend, node: Any) -> Any:
+class _SwallowsBadRegistration(acme.AcmeBackend):
+    def hami_node_devices(self, node: Any) -> Any:
         try:
-            return hami_acme.plugin.hami_node_devices(backend=backend, node=node)
+            return super().hami_node_devices(node)
         except ValueError:
             return []
 
 
-class ForgetsAllocation(_Acme):
-    @hookimpl
-    def hami_decode_allocation(self, backend: DeviceBackend) -> Any:
-        return () if backend.vendor == acme.VENDOR else None
+class _ForgetsAllocation(acme.AcmeBackend):
+    def hami_decode_allocation(self) -> Any:
+        return ()
 
 
-class NegativeScore(_Acme):
+class _AppendsEnv(acme.AcmeBackend):
+    def hami_mutate_container(self, pod: Any, container: dict[str, Any]) -> Mutation:
+        container.setdefault("env", []).append({"name": "ACME_VISIBLE", "value": "all"})
+        return super().hami_mutate_container(pod, container)
+
+
+class NegativeScore(_declaring(acme.AcmeBackend)):  # type: ignore[misc]
+    """A cross-cutting scorer next to a correct backend."""
+
     @hookimpl
     def hami_prescore_nodes(self, batch: Any) -> list[float]:
         # "higher is better" inverted, and large enough to beat the default score.
         return [-1000.0 * float(row[0]) for row in batch.totals]
 
 
-class AppendsEnv(_Acme):
-    @hookimpl
-    def hami_mutate_container(self, backend: DeviceBackend, container: dict[str, Any]) -> Mutation | None:
-        if backend.vendor != acme.VENDOR:
-            return None
-        container.setdefault("env", []).append({"name": "ACME_VISIBLE", "value": "all"})
-        return Mutation(acme.requests_card(backend, container))
+FreeTextReasons = _declaring(_FreeTextReasons)
+OverAllocates = _declaring(_OverAllocates)
+FirstDeviceOnly = _declaring(_FirstDeviceOnly)
+DefaultRequest = _declaring(_DefaultRequest)
+CrashesOnPlainNodes = _declaring(_CrashesOnPlainNodes)
+SwallowsBadRegistration = _declaring(_SwallowsBadRegistration)
+ForgetsAllocation = _declaring(_ForgetsAllocation)
+AppendsEnv = _declaring(_AppendsEnv)
 
 
 BROKEN = [
@@ -170,17 +165,17 @@ def acme_kit() -> ConformanceKit:
     suite = _conformance.TestAcmeConformance()
     node = suite.device_node.__wrapped__(suite)
     # Two different cards, so that a fit that depends on their order places a different number of pods.
-    cards = json.loads(node["metadata"]["annotations"][acme.REGISTER])
+    cards = json.loads(node["metadata"]["annotations"][REGISTER])
     cards[1].update(count=2, devmem=8192)
-    node["metadata"]["annotations"][acme.REGISTER] = json.dumps(cards)
+    node["metadata"]["annotations"][REGISTER] = json.dumps(cards)
     pod = suite.fitting_pod.__wrapped__(suite)
     return ConformanceKit(hami_acme.plugin, {"acme": {}}, node, pod, _malformed(node))
 
 
 def _malformed(node: dict[str, Any]) -> tuple[dict[str, Any], str]:
     bad = copy.deepcopy(node)
-    bad["metadata"]["annotations"][acme.REGISTER] = "{not a registration"
-    return bad, acme.REGISTER
+    bad["metadata"]["annotations"][REGISTER] = "{not a registration"
+    return bad, REGISTER
 
 
 @pytest.mark.parametrize(("plugin", "check", "message"), BROKEN)

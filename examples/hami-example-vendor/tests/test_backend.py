@@ -40,3 +40,13 @@ def test_filter_is_called_once_per_container(engine, make_node, make_pod, hami_h
 def test_unknown_config_key_is_named():
     with pytest.raises(ConfigError, match=r"acme\.resourceCount"):
         hami_acme.plugin.hami_device_backends({"acme": {"resourceCount": "acme.com/npu"}})
+
+
+def test_cores_are_rounded_up_to_a_quarter(engine, make_pod):
+    pod = make_pod(make_pod.container(limits={"acme.com/npu": 1, "acme.com/npu-cores": 30}))
+    assert engine.requests(pod).containers[0]["ACME"].coresreq == 50
+
+
+def test_a_bad_config_value_is_named():
+    with pytest.raises(ConfigError, match=r"acme\.resourceCountName"):
+        hami_acme.plugin.hami_device_backends({"acme": {"resourceCountName": ""}})
