@@ -6,8 +6,7 @@ integer quantities, selection annotations, config sections, node context). Names
 ``import hami_core`` stays cheap for a plugin that needs only ``hookimpl``.
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations`` here: it would bind the name ``annotations`` (a helper below).
 import importlib
 from typing import TYPE_CHECKING, Any
 

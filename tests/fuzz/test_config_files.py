@@ -102,7 +102,7 @@ _LAUGHS = "l0: &l0 [x, x, x, x, x, x, x, x, x, x]\n" + _LAUGHS + "nvidia:\n  kno
 @pytest.fixture(params=["libyaml", "python"])
 def parser(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Run a test with the loader over libyaml's parser (when PyYAML has it) and over PyYAML's pure-Python one."""
-    from hami_core.engine import yamlload
+    from hami_core.plugins import yamlload
 
     if request.param == "python":
         monkeypatch.setattr(yamlload, "_BoundedLoader", yamlload._PyBoundedLoader)
@@ -153,7 +153,7 @@ def test_alias_bombs_cycles_and_deep_nesting_fail_fast(tmp_path: Any, parser: st
 
 
 def test_a_config_file_larger_than_the_limit_is_refused_before_parsing(tmp_path: Any) -> None:
-    from hami_core.engine.yamlload import MAX_CONFIG_BYTES
+    from hami_core.plugins.yamlload import MAX_CONFIG_BYTES
 
     message = _config_error(tmp_path, b"# " + b"x" * MAX_CONFIG_BYTES + b"\nnvidia: {}\n")
     assert "limit" in message
