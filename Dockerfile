@@ -21,19 +21,20 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY hami_core ./hami_core
 COPY plugins ./plugins
-# Build wheels for the core and the selected plugins, then install them into a self-contained venv.
+# Build wheels for the core (with every component's extra: scheduler, node, monitor) and the selected plugins,
+# then install them into a self-contained venv. Globbing is off around pip: `.[all]` is not a pattern.
 RUN set -eu; \
     python -m venv /opt/hami; \
     if [ "$PLUGINS" = "all" ]; then \
         PLUGINS=$(for d in plugins/hami-*/; do n=${d#plugins/hami-}; printf '%s ' "${n%/}"; done); \
     fi; \
-    targets="."; \
+    targets=".[all]"; \
     for p in $PLUGINS; do \
         test -f "plugins/hami-$p/pyproject.toml" || { echo "unknown plugin: $p" >&2; exit 1; }; \
         if [ "$p" = nvidia ] && [ -n "$EXTRAS" ]; then targets="$targets ./plugins/hami-$p[$EXTRAS]"; \
         else targets="$targets ./plugins/hami-$p"; fi; \
     done; \
-    /opt/hami/bin/pip install $targets; \
+    set -f; /opt/hami/bin/pip install $targets; set +f; \
     /opt/hami/bin/hami version; \
     /opt/hami/bin/hami plugins
 

@@ -10,10 +10,11 @@ STAMP  := $(VENV)/.installed
 
 setup: $(STAMP)
 
-# Reinstall when any distribution's metadata changes (new plugin, new dependency).
+# Reinstall when any distribution's metadata changes (new plugin, new dependency). The core with every
+# component's extra (scheduler, node, monitor, sim) and the test tools; each plugin with its own test extra.
 $(STAMP): pyproject.toml $(wildcard plugins/*/pyproject.toml) examples/hami-example-vendor/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]' \
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[all,test]' \
 		$(foreach p,$(PLUGIN_DIRS),-e '$(p:/=)[test]')
 	touch $@
 

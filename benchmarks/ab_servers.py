@@ -15,15 +15,11 @@ import argparse
 import http.client
 import json
 import statistics
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
+from benchkit import Service, request_pod
 from null_extender import start_null
-from run import Service, request_pod
 
 
 def _p50_filter(conn: http.client.HTTPConnection, bodies: list[bytes], before: Any = None) -> float:

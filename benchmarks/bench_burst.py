@@ -29,13 +29,10 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 #: kube-scheduler's defaults (KubeSchedulerConfiguration podInitialBackoffSeconds / podMaxBackoffSeconds)
 BACKOFF_S = (1.0, 10.0)
@@ -45,7 +42,7 @@ NODES = 100
 def burst(pods: int, allocate_ms: float, lock_wait_s: float, *, nodes: int = NODES,
           backoff_s: tuple[float, float] = BACKOFF_S, deadline_s: float = 600.0) -> dict[str, Any]:
     """Bind ``pods`` 1-GPU pods submitted at once; returns wall times and the binds refused on the way."""
-    from run import Service, logging_quiet, post, request_pod
+    from benchkit import Service, logging_quiet, post, request_pod
 
     from hami_core.wire import keys
 

@@ -36,6 +36,8 @@ from bench_schedule import build
 
 from hami_core.engine.facade import Engine
 from hami_core.engine.pods import host_requests
+from hami_core.engine.workload import pod_shapes
+from hami_core.policies.fgd.plugin import engine_state
 
 GPU_MEM = 81920
 SHAPES = [(1, 10), (1, 20), (1, 25), (1, 30), (1, 50), (1, 50), (1, 70), (1, 90), (1, 100), (1, 100), (2, 100),
@@ -58,8 +60,9 @@ def engine_for(policy: str, nodes: int, usage: float, tolerance: float | None = 
         devices=engine.config.devices, source=engine.config.source,
         scheduler=engine.config.scheduler.model_copy(update={"node_scheduler_policy": policy,
                                                              "gpu_scheduler_policy": "binpack"}))
+    model = engine_state(engine).model  # the fgd policy's request mix
     if tolerance is not None:
-        engine.workload.tolerance = tolerance
+        model.tolerance = tolerance
     for name, state in engine.nodes.items():  # CPU and memory, so fgd sees host resources
         state.update_object({"metadata": {"name": name}, "status": {"allocatable": {"cpu": "128",
                                                                                      "memory": "1024Gi"}}})
@@ -70,13 +73,11 @@ def engine_for(policy: str, nodes: int, usage: float, tolerance: float | None = 
         # warm-up pod counted at 8 CPUs, as before 2026-11-30 round 3, so the timed stream keeps bringing classes
         # new to the mix (a mix still being learned)
         host = (8000, 8192) if fixed_warmup_cpu else host_requests(pod)
-        engine.workload.observe(f"warm-{i}", _shapes(engine, pod), host)
+        model.observe(f"warm-{i}", _shapes(engine, pod), host)  # (no snapshot: the first decision takes it)
     return engine
 
 
 def _shapes(engine: Engine, pod: dict[str, Any]) -> Any:
-    from hami_core.engine.workload import pod_shapes
-
     return pod_shapes(pod, engine.requests(pod), engine.backends)
 
 
@@ -116,7 +117,8 @@ def run(policy: str, nodes: int, usage: float, pods: int, tolerance: float | Non
             placed += 1
     gc.unfreeze()
     return {"policy": policy, "nodes": nodes, "usage": usage, "pods": pods, "placed": placed,
-            "tolerance": engine.workload.tolerance, "mix_versions": engine.workload.snapshot().version,
+            "tolerance": engine_state(engine).model.tolerance,
+            "mix_versions": engine_state(engine).model.snapshot().version,
             "fixed_warmup_cpu": fixed_warmup_cpu, "clock": clock,
             "steady_ms": pct(steady), "churn_ms": pct(churn)}
 

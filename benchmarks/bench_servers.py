@@ -28,10 +28,7 @@ import sys
 import time
 import urllib.parse
 from collections import Counter
-from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 #: kube-apiserver's default webhook timeout (HAMi registers 10 s): a review slower than this is lost.
 WEBHOOK_TIMEOUT_S = 10.0
@@ -39,7 +36,7 @@ BULK_BYTES = 1 << 20
 
 
 def _service(server: str, nodes: int, usage: float, **options: Any) -> Any:
-    from run import logging_quiet, node_obj, usage_pods
+    from benchkit import logging_quiet, node_obj, usage_pods
 
     from hami_core.cluster.memory import MemoryCluster
     from hami_core.engine.facade import Engine
@@ -109,7 +106,7 @@ def _pct(samples: list[float]) -> dict[str, float]:
 
 def _probe(svc: Any, cluster: Any, names: list[str], seconds: float) -> dict[str, Any]:
     """Alternate a /filter and a small /webhook review for ``seconds`` (at least 5 of each, at most 120 s)."""
-    from run import request_pod
+    from benchkit import request_pod
 
     host, port = svc.server.address[:2]
     conn = http.client.HTTPConnection(host, port, timeout=120)

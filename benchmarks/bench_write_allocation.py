@@ -27,13 +27,10 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def slow_cluster(rtt_ms: float) -> type:
@@ -58,7 +55,7 @@ def slow_cluster(rtt_ms: float) -> type:
 
 
 def run_one(nodes: int, pods: int, rtt_ms: float, mode: str, policy: str = "binpack") -> dict[str, Any]:
-    from run import Service, logging_quiet, post, request_pod
+    from benchkit import Service, logging_quiet, post, request_pod
 
     svc = Service(nodes, 0.0, "asyncio", write_allocation=mode, cluster_class=slow_cluster(rtt_ms),
                   node_policy=policy)

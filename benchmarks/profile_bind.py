@@ -9,15 +9,11 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from run import Service, logging_quiet, request_pod
+from benchkit import Service, logging_quiet, request_pod
 
 from hami_core.scheduler.extender import Extender
 

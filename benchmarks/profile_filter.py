@@ -10,12 +10,8 @@ import cProfile
 import gc
 import json
 import pstats
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from run import Service, logging_quiet, request_pod
+from benchkit import Service, logging_quiet, request_pod
 
 
 def main() -> int:

@@ -7,12 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import bench_e2e
 import pytest
 
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
-sys.path.insert(0, str(BENCH))
-
-import bench_e2e  # noqa: E402
 
 
 def test_each_mode_derives_its_scheduler_config_from_the_shipped_one() -> None:

@@ -1,4 +1,5 @@
-"""The ``hami`` command line: ``plugins``, ``version``, ``simulate`` delegation and error reporting."""
+"""The ``hami`` command line: ``plugins``, ``version``, ``simulate`` delegation, dispatch to the components and error
+reporting."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import importlib_metadata
 import pytest
 
 import hami_core
-from hami_core import cli, hookimpl
+from hami_core import cli, hookimpl, pluginreport
 from hami_core.plugins.errors import ConfigError
 from hami_core.plugins.manager import ENTRY_POINT_GROUP, get_plugin_manager
 
@@ -38,7 +39,7 @@ def fake_dists(monkeypatch: pytest.MonkeyPatch) -> None:
     """
     installed = tuple(ep.name for ep in importlib_metadata.entry_points(group=ENTRY_POINT_GROUP))
     monkeypatch.syspath_prepend(str(DATA / "good"))
-    monkeypatch.setattr(cli, "get_plugin_manager", functools.partial(get_plugin_manager, blocked=installed))
+    monkeypatch.setattr(pluginreport, "get_plugin_manager", functools.partial(get_plugin_manager, blocked=installed))
 
 
 def _rows_by_name(output: str) -> dict[str, dict[str, object]]:
@@ -79,7 +80,7 @@ def test_plugins_still_lists_plugins_when_backends_cannot_be_computed(monkeypatc
         def hami_device_backends(self, config):
             raise ConfigError("acme: section is required")
 
-    monkeypatch.setattr(cli, "get_plugin_manager",
+    monkeypatch.setattr(pluginreport, "get_plugin_manager",
                         lambda: get_plugin_manager(load_entrypoints=False, plugins=[NeedsConfig()]))
 
     assert cli.main(["plugins", "--json"]) == 0
@@ -92,7 +93,7 @@ def test_plugins_still_lists_plugins_when_backends_cannot_be_computed(monkeypatc
 def test_plugin_error_is_one_clean_line(monkeypatch, capsys) -> None:
     installed = tuple(ep.name for ep in importlib_metadata.entry_points(group=ENTRY_POINT_GROUP))
     monkeypatch.syspath_prepend(str(DATA / "badsignature"))
-    monkeypatch.setattr(cli, "get_plugin_manager", functools.partial(get_plugin_manager, blocked=installed))
+    monkeypatch.setattr(pluginreport, "get_plugin_manager", functools.partial(get_plugin_manager, blocked=installed))
 
     assert cli.main(["plugins"]) == 1
 
@@ -146,7 +147,7 @@ def test_simulate_delegates_to_the_simulator(monkeypatch) -> None:
 def test_broken_simulator_is_a_clean_error_and_does_not_break_plugins(monkeypatch, capsys) -> None:
     monkeypatch.setitem(sys.modules, "hami_core.sim.cli", None)  # makes the import fail
     without_entry_points = functools.partial(get_plugin_manager, load_entrypoints=False)
-    monkeypatch.setattr(cli, "get_plugin_manager", without_entry_points)
+    monkeypatch.setattr(pluginreport, "get_plugin_manager", without_entry_points)
 
     assert cli.main(["simulate"]) == 1
     [line] = capsys.readouterr().err.splitlines()
@@ -166,3 +167,23 @@ def test_console_script_runs() -> None:
     assert result.returncode == 0, result.stderr
     assert "hami plugins" in result.stdout
     assert "Status" in result.stdout
+
+
+def test_a_component_that_cannot_load_says_which_extra_and_the_rest_work(monkeypatch, capsys) -> None:
+    monkeypatch.setitem(sys.modules, "hami_core.monitor.cli", None)  # as if hami-core[monitor] were not installed
+
+    assert cli.main(["monitor", "--port", "0"]) == 1
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("hami: error: hami monitor is unavailable: ModuleNotFoundError")
+    assert line.endswith("install 'hami-core[monitor]'")
+    assert cli.main(["version"]) == 0
+
+
+def test_building_the_parser_imports_no_service() -> None:
+    """Every command's flags are built for ``hami --help``; none may pull in a service or its extra's packages."""
+    heavy = ("grpc", "kubernetes", "prometheus_client", "uvicorn", "httptools", "cryptography", "hami_core.sim.cli",
+             "hami_core.scheduler.app", "hami_core.node.app", "hami_core.monitor.service", "hami_core.cluster.kube")
+    code = ("import sys; from hami_core.cli import _build_parser; _build_parser(); "
+            f"print(sorted(m for m in {heavy!r} if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert result.stdout.strip() == "[]"

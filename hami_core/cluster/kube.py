@@ -36,6 +36,8 @@ from typing import Any
 
 from hami_core.cluster.base import ConflictError, NotFoundError, WatchHandler
 from hami_core.cluster.events import EventRecorder
+from hami_core.cluster.refs import parse_version
+from hami_core.cluster.watchcache import WatchCache
 from hami_core.plugins.errors import HamiError, TemporaryError
 
 log = logging.getLogger("hami.cluster.kube")
@@ -312,12 +314,12 @@ class KubeCluster:
         """The Node as this client's watch last saw it (``None``: not watched, or unknown). Read-only: a write
         based on it must be a compare-and-swap (its ``resourceVersion`` may be behind the server's)."""
         r = self._reflector("Node")
-        return r.known.get(("", name)) if r is not None else None
+        return r.cache.get(("", name)) if r is not None else None
 
     def cached_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The Pod as this client's watch last saw it (``None``: not watched, or unknown). Read-only."""
         r = self._reflector("Pod")
-        return r.known.get((namespace, name)) if r is not None else None
+        return r.cache.get((namespace, name)) if r is not None else None
 
     def bound_pods(self, node: str, through: str, timeout_s: float = 0.02) -> list[dict[str, Any]] | None:
         """The pods bound to ``node`` as this client's Pod watch has them, once that view includes every change up
@@ -330,17 +332,14 @@ class KubeCluster:
         kube-apiserver's etcd3 storage guarantees (its consistent reads from the watch cache rely on the same).
         Read-only objects."""
         r = self._reflector("Pod")
-        try:
-            wanted = int(through)
-        except ValueError:
+        wanted = parse_version(through)
+        if wanted is None or r is None:
             return None
-        if r is None:
-            return None
-        with r.advanced:
-            if not r.advanced.wait_for(lambda: r.seen_rv >= wanted, timeout=timeout_s):
+        with r.cache.lock:  # the index is read as of the version waited for
+            if not r.cache.through(wanted, timeout_s):
                 return None
             keys = list(r.by_node.get(node, ()))
-        return [obj for obj in (r.known.get(k) for k in keys) if obj is not None]
+        return [obj for obj in (r.cache.get(k) for k in keys) if obj is not None]
 
     def has_synced(self) -> bool:
         """Whether every started watch has delivered its initial list."""
@@ -370,56 +369,34 @@ class _Reflector(threading.Thread):
         super().__init__(name=f"hami-watch-{kind.lower()}s", daemon=True)
         self.cluster, self.kind, self.handler = cluster, kind, handler
         self.synced = threading.Event()
-        self.known: dict[tuple[str, str], dict[str, Any]] = {}
-        #: Pods only: spec.nodeName -> keys of the known pods bound there
+        #: the objects as delivered, and the highest resourceVersion this view is known to include (a LIST, an
+        #: event or a bookmark); :meth:`KubeCluster.bound_pods` waits on it
+        self.cache: WatchCache[tuple[str, str], dict[str, Any]] = WatchCache(self._index if kind == "Pod" else None)
+        #: Pods only: spec.nodeName -> keys of the known pods bound there (kept by :meth:`_index`)
         self.by_node: dict[str, set[tuple[str, str]]] = {}
         self.lists = 0  # how many LISTs were made (tests, metrics)
         self.progress = ""  # the resourceVersion of the last event delivered from the current watch
-        #: the highest resourceVersion this view is known to include (a LIST, an event or a bookmark), as etcd's
-        #: revision number; :meth:`KubeCluster.bound_pods` waits on ``advanced`` for it
-        self.seen_rv = 0
-        self.advanced = threading.Condition()
         self._resp: Any = None
         self._resp_lock = threading.Lock()
 
-    def _put(self, key: tuple[str, str], obj: dict[str, Any]) -> dict[str, Any] | None:
-        with self.advanced:  # readers in other threads copy the index under the same lock
-            return self._put_locked(key, obj)
+    def _index(self, key: tuple[str, str], old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        """Keep :attr:`by_node` (the cache's lock held: readers copy the index under it)."""
+        before = ((old or {}).get("spec") or {}).get("nodeName")
+        after = ((new or {}).get("spec") or {}).get("nodeName")
+        if before != after:
+            if before:
+                self.by_node.get(before, set()).discard(key)
+            if after:
+                self.by_node.setdefault(after, set()).add(key)
 
-    def _put_locked(self, key: tuple[str, str], obj: dict[str, Any]) -> dict[str, Any] | None:
-        old = self.known.get(key)
-        self.known[key] = obj
-        if self.kind == "Pod":
-            before = ((old or {}).get("spec") or {}).get("nodeName")
-            after = (obj.get("spec") or {}).get("nodeName")
-            if before != after:
-                if before:
-                    self.by_node.get(before, set()).discard(key)
-                if after:
-                    self.by_node.setdefault(after, set()).add(key)
-        return old
+    def _put(self, key: tuple[str, str], obj: dict[str, Any]) -> dict[str, Any] | None:
+        return self.cache.put(key, obj)
 
     def _pop(self, key: tuple[str, str]) -> dict[str, Any] | None:
-        with self.advanced:
-            return self._pop_locked(key)
-
-    def _pop_locked(self, key: tuple[str, str]) -> dict[str, Any] | None:
-        old = self.known.pop(key, None)
-        if old is not None and self.kind == "Pod":
-            node = (old.get("spec") or {}).get("nodeName")
-            if node:
-                self.by_node.get(node, set()).discard(key)
-        return old
+        return self.cache.pop(key)
 
     def _advance(self, rv: str) -> None:
-        try:
-            value = int(rv)
-        except ValueError:
-            return
-        with self.advanced:
-            if value > self.seen_rv:
-                self.seen_rv = value
-                self.advanced.notify_all()
+        self.cache.advance(parse_version(rv))
 
     @staticmethod
     def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
@@ -443,7 +420,7 @@ class _Reflector(threading.Thread):
         items, rv = self.cluster._list(self.kind)
         self.lists += 1
         fresh = {self._key(o): o for o in items}
-        for key in [k for k in self.known if k not in fresh]:
+        for key in [k for k in self.cache.entries if k not in fresh]:
             self._deliver("DELETED", self._pop(key) or {})
         for key, obj in fresh.items():
             old = self._put(key, obj)

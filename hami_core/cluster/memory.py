@@ -18,8 +18,8 @@ from typing import Any
 
 from hami_core.cluster.base import ConflictError, NotFoundError, WatchHandler
 from hami_core.engine.objectfile import objects_from_yaml
-from hami_core.engine.yamlload import MAX_INPUT_BYTES, YamlInputError, read_text
 from hami_core.plugins.errors import HamiError
+from hami_core.plugins.yamlload import MAX_INPUT_BYTES, YamlInputError, read_text
 
 
 def clone(obj: Any) -> Any:
@@ -77,7 +77,7 @@ class MemoryCluster:
         """Nodes, Pods and ResourceQuotas from one YAML file (multi-document or ``kind: List``); objects of other
         kinds are ignored. A document that is not an object, an object without ``kind``, or one shaped unlike
         what the API server would store is a :class:`HamiError` naming the file, the document and the field
-        (read with :mod:`hami_core.engine.yamlload`: duplicate keys, alias bombs and huge files are errors)."""
+        (read with :mod:`hami_core.plugins.yamlload`: duplicate keys, alias bombs and huge files are errors)."""
         try:
             text = read_text(path, "cluster file", max_bytes=MAX_INPUT_BYTES)
             objects = objects_from_yaml(text, source=f"cluster file {path}", kinds=("Node", "Pod", "ResourceQuota"),

@@ -16,6 +16,4 @@ def hami_scheduling_policies() -> list[PolicyInfo]:
         PolicyInfo("mutex", "gpu", "only idle devices; busiest sorted first"),
         PolicyInfo("numa", "gpu", "order devices by NUMA node (chain with binpack/spread: 'binpack,numa')"),
         PolicyInfo("topology-aware", "gpu", "choose multi-device sets by NVLink/PCIe pair scores"),
-        PolicyInfo("fgd", "gpu", "the device whose use grows fragmentation under the workload mix least "
-                                 "(ties: binpack)"),
     ]

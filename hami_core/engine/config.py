@@ -1,7 +1,9 @@
 """Engine configuration: HAMi's device-config.yaml shape plus a ``scheduler:`` section for defaults.
 
 Vendor sections (``nvidia:``, ``cambricon:``, ``iluvatars:``, ``vnpus:`` ...) are validated by the vendor
-plugins that own them; this module validates the file's overall shape and the ``scheduler:`` section.
+plugins that own them; this module validates the file's overall shape and the ``scheduler:`` section, into which
+the built-in policy packages mount their own sections (``scheduler.fgd``, see
+:func:`hami_core.policies.scheduler_sections`).
 """
 
 from __future__ import annotations
@@ -9,27 +11,23 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model, field_validator
 
 from hami_core.engine.policy import validate_gpu_policy
-from hami_core.engine.workload import DEVICELESS, Shape
-from hami_core.engine.yamlload import MAX_CONFIG_BYTES, YamlInputError, load_yaml, read_text
 from hami_core.plugins.errors import ConfigError
 from hami_core.plugins.helpers import pydantic_error
-from hami_core.plugins.types import MEM_PERCENTAGE_UNSET
+from hami_core.plugins.yamlload import MAX_CONFIG_BYTES, YamlInputError, load_yaml, read_text
+from hami_core.policies import scheduler_sections
 from hami_core.wire import keys
-from hami_core.wire.common import INT32_MAX, MAX_NODE_DEVICES
 
 #: Upper bounds of numeric settings. A device config is operator input, but a typo (``nodeLockTimeout: 3e9``,
 #: ``window: 10000000000``) must fail start-up with the field named, not hang it or overflow later; ``.inf`` and
 #: ``.nan`` are refused everywhere (``allow_inf_nan=False``).
 MAX_NODE_LOCK_TIMEOUT_S = 86_400.0
-MAX_FGD_WINDOW = 1_000_000
-MAX_FGD_CACHE_MIB = 1 << 20
-MAX_FGD_CLASSES = 10_000
-MAX_FGD_WEIGHT = 1e12
+#: Largest magnitude of a score weight (``scheduler.scoreWeights``): past it a weight can only be a typo.
+MAX_SCORE_WEIGHT = 1e9
 
 #: Top-level sections of HAMi's device-config.yaml (spec §10.1).
 HAMI_SECTIONS = frozenset({"nvidia", "cambricon", "hygon", "metax", "mthreads", "iluvatars", "enflame", "kunlun",
@@ -39,73 +37,37 @@ HAMI_SECTIONS = frozenset({"nvidia", "cambricon", "hygon", "metax", "mthreads", 
 DEFAULT_DEVICE_CONFIG: dict[str, Any] = {"nvidia": {}}
 
 
-class FgdClass(BaseModel):
-    """One request shape of a fixed workload mix (``scheduler.fgd.workload[]``). ``nums: 0`` is a class of pods
-    without devices: every free device share is a fragment for them (give only its weight and CPU/memory)."""
-
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True, allow_inf_nan=False)
-
-    backend: str = Field("NVIDIA", min_length=1)
-    nums: int = Field(1, ge=0, le=MAX_NODE_DEVICES)
-    cores: int = Field(0, ge=0, le=100)
-    memory: int = Field(0, ge=0, le=INT32_MAX, description="MiB per device")
-    mem_percentage: int | None = Field(None, alias="memPercentage", ge=0, le=100)
-    types: tuple[str, ...] = ()
-    nouse_types: tuple[str, ...] = Field((), alias="nouseTypes")
-    weight: float = Field(1.0, gt=0, le=MAX_FGD_WEIGHT)
-    #: CPU (milli) and memory (MiB) a pod of this class requests from the node.
-    cpu_milli: float = Field(0, alias="cpuMilli", ge=0, le=INT32_MAX)
-    host_memory: float = Field(0, alias="hostMemoryMiB", ge=0, le=INT32_MAX)
-
-    @model_validator(mode="after")
-    def _deviceless(self) -> FgdClass:
-        if self.nums == 0 and (self.cores or self.memory or self.mem_percentage is not None or self.types
-                               or self.nouse_types):
-            raise ValueError("a class with nums: 0 (pods without devices) takes no cores, memory, memPercentage, "
-                             "types or nouseTypes")
-        return self
-
-    def shape(self) -> Shape:
-        if self.nums == 0:
-            return DEVICELESS
-        pct = MEM_PERCENTAGE_UNSET if self.mem_percentage is None else self.mem_percentage
-        return Shape(self.backend, self.nums, self.cores, self.memory, pct,
-                     tuple(t.upper() for t in self.types), tuple(t.upper() for t in self.nouse_types))
+def _score_weight(value: Any) -> Any:
+    """A weight is a plain number: YAML's ``true`` or ``"2"`` is a mistake, not 1 or 2."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"must be a number, got {value!r}")
+    return value
 
 
-class FgdConfig(BaseModel):
-    """``scheduler.fgd``: the fragmentation-aware node policy's view of the workload mix."""
-
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True, allow_inf_nan=False)
-
-    #: Online learning covers the last ``window`` pods the scheduler was asked about.
-    window: int = Field(1000, gt=0, le=MAX_FGD_WINDOW)
-    #: A new mix is used once it moved by more than this (total variation distance; 0 = every pod).
-    tolerance: float = Field(0.02, ge=0, le=1)
-    #: How finely fragmentation growth is scored (the paper uses 100; ties go to packing).
-    #: None (unset): 25 steps, 100 for a mix with device-type constraints (``Workload.steps``); a value: exactly that.
-    score_steps: int | None = Field(None, alias="scoreSteps", ge=1, le=10000)
-    #: Keep the most popular classes covering this fraction of pods.
-    coverage: float = Field(0.95, gt=0, le=1)
-    #: MiB of growth caches the policy keeps (least recently used request signatures dropped first); 0 = none
-    #: kept between decisions. The default holds ~100 signatures of a 5,000-node cluster (docs/fgd.md, Cost).
-    cache_mib: int = Field(256, alias="cacheMiB", ge=0, le=MAX_FGD_CACHE_MIB)
-    #: How nodes in one score step are ordered: ``packing`` (the fullest first), ``order`` (the node the
-    #: scheduler learned first, as the paper's simulator does), ``balance`` (the node whose free CPU and device
-    #: share the pod brings closest to the mix's ratio) or ``auto`` (balance; order for a mix with device-type
-    #: constraints); see ``TIE_BREAKS``.
-    ties: Literal["packing", "order", "balance", "auto"] = "auto"
-    #: A fixed mix; when given, online learning is off.
-    workload: tuple[FgdClass, ...] = Field((), max_length=MAX_FGD_CLASSES)
-
-    def fixed_mix(self) -> list[tuple[Shape, float, float, float]] | None:
-        if not self.workload:
-            return None
-        return [(c.shape(), c.weight, c.cpu_milli, c.host_memory) for c in self.workload]
+#: One scorer's weight (``scheduler.scoreWeights.<scorer>``): finite, at most :data:`MAX_SCORE_WEIGHT` either way.
+ScoreWeight = Annotated[float, BeforeValidator(_score_weight),
+                        Field(ge=-MAX_SCORE_WEIGHT, le=MAX_SCORE_WEIGHT, allow_inf_nan=False)]
 
 
-class SchedulerConfig(BaseModel):
-    """The ``scheduler:`` section: HAMi's scheduler flags that shape decisions (spec §10.2)."""
+class _SchedulerSettings(BaseModel):
+    """The ``scheduler:`` section: HAMi's scheduler flags that shape decisions (spec §10.2), the score weights, and
+    (mounted by :data:`SchedulerConfig`) the built-in policy packages' own sections.
+
+    ``scoreWeights`` maps a scorer (``hami``: HAMi's node score; ``fgd``; a backend or plugin name, ``<name>.neutral``
+    for its policy-neutral NodeScores; see :mod:`hami_core.engine.scoring`) to its weight: the points a full score of
+    that scorer is worth, its value normalised to 0..1 by the scale the scorer declares (HAMi's node score: 30; fgd:
+    100 x its score steps + 50; a scorer that declares none has scale 1, so its weight multiplies its raw points). A
+    scorer without a weight counts its own points (the node policy's default aside: ``fgd`` weighs ``hami`` 0), and
+    a policy-neutral one 10000 points per unit, so the defaults are HAMi's arithmetic. ``0`` turns a scorer off; a
+    negative weight prefers what the scorer dislikes; under ``spread`` every scorer but the policy-neutral ones
+    counts against a node. Example::
+
+        scheduler:
+          scoreWeights:
+            hami: 10        # occupancy 0..1 is worth 10 points instead of 30
+            kunlun: 0.5     # Kunlun's topology points (0..3000, no scale declared) count half
+            Metax-SGPU.neutral: 100   # its policy-neutral points count 100 each instead of 10000
+    """
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True, allow_inf_nan=False)
 
@@ -114,7 +76,8 @@ class SchedulerConfig(BaseModel):
     gpu_scheduler_policy: str = Field("spread", alias="gpuSchedulerPolicy")
     force_overwrite_default_scheduler: bool = Field(True, alias="forceOverwriteDefaultScheduler")
     node_lock_timeout: float = Field(300.0, alias="nodeLockTimeout", gt=0, le=MAX_NODE_LOCK_TIMEOUT_S)
-    fgd: FgdConfig = Field(default_factory=FgdConfig)
+    score_weights: dict[Annotated[str, Field(min_length=1, max_length=253)], ScoreWeight] = Field(
+        default_factory=dict, alias="scoreWeights")
 
     @field_validator("node_scheduler_policy")
     @classmethod
@@ -132,6 +95,11 @@ class SchedulerConfig(BaseModel):
             raise ValueError(str(exc)) from None
 
 
+#: The ``scheduler:`` section's model: :class:`_SchedulerSettings` plus one field per built-in policy package's
+#: section (``fgd``: :class:`hami_core.policies.fgd.config.FgdConfig`), each defaulting to that model's defaults.
+SchedulerConfig = create_model(  # type: ignore[call-overload]
+    "SchedulerConfig", __base__=_SchedulerSettings, __module__=__name__, __doc__=_SchedulerSettings.__doc__,
+    **{name: (model, Field(default_factory=model)) for name, model in scheduler_sections().items()})
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from hami_core.plugins.errors import WireFormatError
 from hami_core.plugins.types import ContainerDevice, DeviceInfo, DeviceUsage, MigInstance, UsageTotals
@@ -16,8 +16,15 @@ log = logging.getLogger("hami.engine")
 #: ``DeviceInfo.mode`` of a GPU partitioned by dynamic MIG.
 MIG_MODE = "mig"
 
-if TYPE_CHECKING:
-    from hami_core.engine.table import NodeTable
+
+class RowTable(Protocol):
+    """What a node state tells the table holding its row (:class:`~hami_core.engine.table.NodeTable`, which
+    imports this module: a protocol here keeps the import one-way)."""
+
+    #: rows whose usage or devices changed
+    dirty: set[int]
+    #: rows whose node annotations changed
+    annotations_dirty: set[int]
 
 
 class NodeState:
@@ -60,7 +67,7 @@ class NodeState:
         self.generation = 0
         #: The node's row in the engine's :class:`~hami_core.engine.table.NodeTable` (set when added).
         self.row = -1
-        self.table: NodeTable | None = None
+        self.table: RowTable | None = None
         self.sum_used = self.sum_usedmem = self.sum_usedcores = 0
         self.tot_count = self.tot_mem = self.tot_core = 0
         #: Allocatable CPU (milli) and memory (MiB) from the Node (inf when not given), and what the pods
@@ -71,7 +78,10 @@ class NodeState:
     def update_object(self, node: Mapping[str, Any]) -> None:
         meta = node.get("metadata") or {}
         status = node.get("status") or {}
-        self.annotations = dict(meta.get("annotations") or {})
+        annotations = dict(meta.get("annotations") or {})
+        if annotations != self.annotations and self.table is not None:
+            self.table.annotations_dirty.add(self.row)
+        self.annotations = annotations
         self.labels = dict(meta.get("labels") or {})
         self.allocatable = dict(status.get("allocatable") or {})
         self.capacity = dict(status.get("capacity") or {})

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from hami_core.engine.pods import pod_shape_error
-from hami_core.engine.yamlload import YamlInputError, load_yaml_all
+from hami_core.plugins.yamlload import YamlInputError, load_yaml_all
 
 __all__ = ["object_problem", "objects_from_yaml"]
 
@@ -96,9 +96,9 @@ def object_problem(obj: Any, kinds: tuple[str, ...], *, require_kind: bool = Fal
 def objects_from_yaml(text: str, *, source: str, kinds: tuple[str, ...], strict: bool = True,
                       other_kinds: bool = False, skipped: list[str] | None = None,
                       logger: logging.Logger = log) -> list[dict[str, Any]]:
-    """Every object of ``kinds`` in ``text``, read with :func:`~hami_core.engine.yamlload.load_yaml_all`.
+    """Every object of ``kinds`` in ``text``, read with :func:`~hami_core.plugins.yamlload.load_yaml_all`.
 
-    A problem is a :class:`~hami_core.engine.yamlload.YamlInputError` whose message names ``source``, the
+    A problem is a :class:`~hami_core.plugins.yamlload.YamlInputError` whose message names ``source``, the
     document (and item) and the field; without ``strict`` it is skipped with a warning (on ``logger``) instead,
     unless nothing usable is left. With ``other_kinds``
     an object of another kind (a Deployment in a cluster file) is ignored rather than a problem, and every

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 
 from hami_core.plugins.errors import ConfigError
@@ -9,8 +10,23 @@ from hami_core.plugins.types import MEM_PERCENTAGE_UNSET, DeviceRequest, DeviceU
 from hami_core.wire import keys
 from hami_core.wire.weights import DEFAULT_WEIGHTS, parse_scoring_weights
 
-GPU_POLICY_TOKENS = frozenset({"binpack", "spread", "numa", "mutex", "topology-aware", "fgd"})
+#: HAMi's own GPU policy tokens; the built-in policy packages add theirs (:func:`gpu_policy_tokens`).
+HAMI_GPU_POLICY_TOKENS = frozenset({"binpack", "spread", "numa", "mutex", "topology-aware"})
 _CHAIN_TOKENS = ("binpack", "spread", "numa")
+
+
+@functools.cache
+def package_gpu_policies() -> Mapping[str, str]:
+    """The built-in policy packages' GPU policy tokens, each with the HAMi device order it starts from
+    (:func:`hami_core.policies.gpu_policies`; imported on first use: the packages import this module)."""
+    from hami_core.policies import gpu_policies
+
+    return gpu_policies()
+
+
+def gpu_policy_tokens() -> frozenset[str]:
+    """Every GPU policy token a configuration may name: HAMi's and the built-in policy packages'."""
+    return HAMI_GPU_POLICY_TOKENS | frozenset(package_gpu_policies())
 
 
 def split_gpu_policy(value: str) -> tuple[str, ...]:
@@ -21,10 +37,11 @@ def split_gpu_policy(value: str) -> tuple[str, ...]:
 def validate_gpu_policy(value: str, *, field: str) -> str:
     """Check a configured GPU policy; raise :class:`ConfigError` naming ``field`` on an unknown token."""
     tokens = split_gpu_policy(value)
-    unknown = [t for t in tokens if t not in GPU_POLICY_TOKENS]
+    known = gpu_policy_tokens()
+    unknown = [t for t in tokens if t not in known]
     if not tokens or unknown:
         raise ConfigError(f"{field}: unknown GPU scheduler policy {value!r} "
-                          f"(expected a comma list of {', '.join(sorted(GPU_POLICY_TOKENS))})")
+                          f"(expected a comma list of {', '.join(sorted(known))})")
     return value
 
 
@@ -67,7 +84,8 @@ def sort_devices(devices: Sequence[DeviceUsage], requests: Sequence[DeviceReques
     """Order devices by the GPU policy so that the preferred device is **last** (Fit walks backwards).
 
     Spec §7.2. Python's sort is stable, so remaining ties keep registration order, which makes
-    decisions deterministic where Go's are not.
+    decisions deterministic where Go's are not. A built-in policy package's token (alone) starts from the HAMi
+    order it names (:func:`package_gpu_policies`); the package's ``hami_order_devices`` refines that order.
     """
     tokens = policy.gpu_tokens
     weights = policy.weights
@@ -93,7 +111,7 @@ def sort_devices(devices: Sequence[DeviceUsage], requests: Sequence[DeviceReques
             scored.sort(key=lambda it: (-it[1].numa, it[0]))
         else:
             scored.sort(key=lambda it: (it[1].numa, -it[0]))
-    elif policy.gpu in ("binpack", "fgd"):  # fgd: the engine reorders by fragmentation growth when it can
+    elif policy.gpu == "binpack" or package_gpu_policies().get(policy.gpu) == "binpack":
         scored.sort(key=lambda it: (it[0], it[1].numa))
     else:
         scored.sort(key=lambda it: (-it[0], it[1].numa))

@@ -13,14 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from itertools import repeat
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from hami_core.engine.inventory import NodeState
+from hami_core.engine.vecfit import DeviceGrid
 from hami_core.plugins.types import DeviceRequest
-
-if TYPE_CHECKING:
-    from hami_core.engine.inventory import NodeState
 
 #: Columns of :attr:`NodeTable.totals` (node-wide sums over every device, as HAMi's node score uses them).
 USED, COUNT, USEDCORES, TOTALCORE, USEDMEM, TOTALMEM = range(6)
@@ -55,6 +53,13 @@ class NodeTable:
         self._ranks_stale = False
         # Every ok row in name order, with its states (the candidate set when a decision names every node).
         self._all: tuple[int, np.ndarray, list[NodeState]] | None = None
+        #: backend → its devices on every row, for the vectorised fit (built on first use, then kept current)
+        self.grids: dict[str, DeviceGrid] = {}
+        # annotation key → row → the node has that annotation (built on first use); rows whose annotations changed
+        self._annotated: dict[str, np.ndarray] = {}
+        self.annotations_dirty: set[int] = set()
+        # (table version, a candidate list, its rows): rows() of the list a decision was given again
+        self._rows_memo: tuple[int, list[NodeState], np.ndarray] | None = None
 
     def add(self, state: NodeState) -> None:
         if not self._free_rows:
@@ -65,6 +70,7 @@ class NodeTable:
         state.table = self
         self.index[state.name] = row
         self.dirty.add(row)
+        self.annotations_dirty.add(row)
         self._ranks_stale = True
         self.version += 1
 
@@ -81,7 +87,12 @@ class NodeTable:
         self.generation[row] = -1
         for arr in self.capacity.values():
             arr[row] = 0
+        for grid in self.grids.values():
+            grid.clear(row)
+        for flags in self._annotated.values():
+            flags[row] = False
         self.dirty.discard(row)
+        self.annotations_dirty.discard(row)
         self._free_rows.append(row)
         state.row = -1
         state.table = None
@@ -96,6 +107,10 @@ class NodeTable:
         self.rank = np.concatenate([self.rank, np.zeros(new - old, dtype=np.intp)])
         for backend, arr in self.capacity.items():
             self.capacity[backend] = np.vstack([arr, np.zeros((new - old, 4))])
+        for grid in self.grids.values():
+            grid.grow(new)
+        for key, flags in self._annotated.items():
+            self._annotated[key] = np.concatenate([flags, np.zeros(new - old, dtype=bool)])
         self._free_rows.extend(range(new - 1, old - 1, -1))
 
     def refresh(self) -> None:
@@ -136,6 +151,8 @@ class NodeTable:
                     if d.used == 0 or d.totalcore != 100:
                         nidle += room
                 arr[row] = (nfree, maxcores, maxmem, nidle)
+            for backend, grid in self.grids.items():
+                grid.set_row(row, state.devices.get(backend, ()), backend in state.mig)
         self.dirty.clear()
 
     def _rerank(self) -> None:
@@ -147,6 +164,46 @@ class NodeTable:
 
     def rows(self, states: Iterable[NodeState]) -> np.ndarray:
         return np.fromiter((s.row for s in states), dtype=np.intp)
+
+    def rows_of(self, states: list[NodeState]) -> np.ndarray:
+        """:meth:`rows` of a candidate list, without a pass over it when it is :meth:`every_ok`'s list or the
+        list last asked about (a decision's candidate lists are cached and handed out again)."""
+        cached = self._all
+        if cached is not None and states is cached[2] and cached[0] == self.version:
+            return cached[1]
+        memo = self._rows_memo
+        if memo is not None and memo[1] is states and memo[0] == self.version and len(memo[2]) == len(states):
+            return memo[2]
+        rows = self.rows(states)
+        self._rows_memo = (self.version, states, rows)
+        return rows
+
+    def grid(self, backend: str) -> DeviceGrid:
+        """``backend``'s devices on every row (call :meth:`refresh` first); built on first use, kept current by
+        :meth:`refresh` from then on."""
+        grid = self.grids.get(backend)
+        if grid is None:
+            grid = self.grids[backend] = DeviceGrid(backend, len(self.states))
+            for row, state in enumerate(self.states):
+                if state is not None:
+                    grid.set_row(row, state.devices.get(backend, ()), backend in state.mig)
+        return grid
+
+    def annotated(self, key: str) -> np.ndarray:
+        """Row → the node carries annotation ``key`` (with a non-empty value); built on first use."""
+        flags = self._annotated.get(key)
+        if flags is None:
+            flags = self._annotated[key] = np.zeros(len(self.states), dtype=bool)
+            for row, state in enumerate(self.states):
+                if state is not None:
+                    flags[row] = bool(state.annotations.get(key))
+        if self.annotations_dirty:
+            for row in self.annotations_dirty:
+                state = self.states[row]
+                for name, values in self._annotated.items():
+                    values[row] = state is not None and bool(state.annotations.get(name))
+            self.annotations_dirty.clear()
+        return flags
 
     def every_ok(self) -> tuple[np.ndarray, list[NodeState]]:
         """Rows of every node that can take pods, in name order, and their states (cached; call refresh first).

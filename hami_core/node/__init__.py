@@ -6,7 +6,6 @@
 * :mod:`hami_core.node.register`: the node registration annotation writer.
 * :mod:`hami_core.node.server`: the gRPC ``v1beta1.DevicePlugin`` server, kubelet registration and
   kubelet-restart detection. gRPC is imported only here (and in the generated stubs).
-* :mod:`hami_core.node.oci`: an allocation as a CDI spec or as edits to an OCI runtime ``config.json``.
 * :mod:`hami_core.node.app`: wiring used by ``hami device-plugin``.
 
 The stubs in ``deviceplugin/v1beta1`` are generated; see :mod:`hami_core.node.regen`.

@@ -43,8 +43,9 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from hami_core.cluster.base import Cluster
+from hami_core.cluster.retry import permanent, retry
 from hami_core.engine.pods import annotations, containers, metadata
-from hami_core.plugins.errors import HamiError, PermanentError, WireFormatError
+from hami_core.plugins.errors import HamiError, WireFormatError
 from hami_core.plugins.types import ContainerAllocation, ContainerDevice, DeviceBackend, LockSpec
 from hami_core.scheduler.nodelock import NodeLocker
 from hami_core.wire import keys
@@ -70,20 +71,10 @@ T = TypeVar("T")
 
 def with_retries(what: str, call: Callable[[], T], *, attempts: int = API_ATTEMPTS, backoff_s: float = API_BACKOFF_S,
                  sleep: Callable[[float], None] = time.sleep) -> T:
-    """``call()``, retried on any error but a permanent one (404); the last error propagates."""
-    delay = backoff_s
-    for attempt in range(1, attempts + 1):
-        try:
-            return call()
-        except PermanentError:
-            raise
-        except Exception as exc:
-            if attempt == attempts:
-                raise
-            log.info("%s: attempt %d failed (%s); retrying", what, attempt, exc)
-            sleep(delay)
-            delay *= 2
-    raise AssertionError("unreachable")
+    """``call()``, retried on any error but a permanent one (404), with a doubling backoff and no jitter; the last
+    error propagates as it is (:func:`hami_core.cluster.retry.retry`)."""
+    return retry(what, call, attempts=attempts, backoff_s=backoff_s, sleep=sleep, final=permanent, jitter=0.0,
+                 wrap=False, level=logging.INFO, logger=log)
 
 
 class AllocateError(HamiError):

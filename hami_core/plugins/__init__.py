@@ -2,8 +2,8 @@
 
 The contract (hook specifications, the objects plugins exchange, errors), the base class with HAMi's generic
 behaviour (:class:`StandardBackend`), the standard fit and the helpers every backend uses (container resources,
-integer quantities, selection annotations, config sections, node context). Names load on first use, so
-``import hami_core`` stays cheap for a plugin that needs only ``hookimpl``.
+integer quantities, node capacity, selection annotations, config sections, times, node context). Names load on
+first use, so ``import hami_core`` stays cheap for a plugin that needs only ``hookimpl``.
 """
 
 # No ``from __future__ import annotations`` here: it would bind the name ``annotations`` (a helper below).
@@ -30,11 +30,12 @@ _TYPES = ("ContainerAllocation", "ContainerDevice", "ContainerRequests", "Device
 #: name → the module that defines it (loaded on first access)
 _LAZY: dict[str, str] = {
     **dict.fromkeys(_TYPES, "hami_core.plugins.types"),
-    **dict.fromkeys(("StandardBackend", "standard_allocation_annotations", "standard_decode_allocation",
-                     "standard_node_lock"), "hami_core.plugins.standard"),
+    **dict.fromkeys(("StandardBackend", "same_devices_rule", "standard_allocation_annotations",
+                     "standard_decode_allocation", "standard_node_lock"), "hami_core.plugins.standard"),
     **dict.fromkeys(("CustomRule", "DevicePredicate", "QuotaCheck", "collapse", "memory_to_book", "quota_predicate",
                      "standard_fit"), "hami_core.plugins.fit"),
-    **dict.fromkeys(("Selection", "as_int64", "parse_section", "pydantic_error", "resource", "set_env"),
+    **dict.fromkeys(("Selection", "as_int64", "as_whole", "capacity_count", "capacity_health", "node_capacity",
+                     "parse_section", "pydantic_error", "quantity_value", "resource", "set_env", "unix_nanos"),
                     "hami_core.plugins.helpers"),
     **dict.fromkeys(("HANDSHAKE_TIMEOUT_S", "allocatable_count", "generic_health", "standard_health"),
                     "hami_core.plugins.health"),
@@ -92,6 +93,9 @@ __all__ = [
     "allocatable_count",
     "annotations",
     "as_int64",
+    "as_whole",
+    "capacity_count",
+    "capacity_health",
     "collapse",
     "containers",
     "current",
@@ -99,18 +103,22 @@ __all__ = [
     "hookimpl",
     "memory_to_book",
     "metadata",
+    "node_capacity",
     "parse_section",
     "pod_key",
     "pod_ref",
     "pydantic_error",
+    "quantity_value",
     "quota_predicate",
     "resource",
+    "same_devices_rule",
     "set_env",
     "standard_allocation_annotations",
     "standard_decode_allocation",
     "standard_fit",
     "standard_health",
     "standard_node_lock",
+    "unix_nanos",
 ]
 
 if TYPE_CHECKING:
@@ -124,11 +132,25 @@ if TYPE_CHECKING:
         standard_fit,
     )
     from hami_core.plugins.health import HANDSHAKE_TIMEOUT_S, allocatable_count, generic_health, standard_health
-    from hami_core.plugins.helpers import Selection, as_int64, parse_section, pydantic_error, resource, set_env
+    from hami_core.plugins.helpers import (
+        Selection,
+        as_int64,
+        as_whole,
+        capacity_count,
+        capacity_health,
+        node_capacity,
+        parse_section,
+        pydantic_error,
+        quantity_value,
+        resource,
+        set_env,
+        unix_nanos,
+    )
     from hami_core.plugins.node_context import current
     from hami_core.plugins.objects import annotations, containers, metadata, pod_key, pod_ref
     from hami_core.plugins.standard import (
         StandardBackend,
+        same_devices_rule,
         standard_allocation_annotations,
         standard_decode_allocation,
         standard_node_lock,

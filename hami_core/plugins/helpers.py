@@ -1,5 +1,6 @@
-"""Small helpers every vendor backend needs: container resources, integer quantities, selection annotations,
-environment edits and config sections. Each one replaces copies that lived in several vendor packages.
+"""Small helpers every vendor backend needs: container resources, integer quantities, node capacity, selection
+annotations, environment edits, config sections and times. Each one replaces copies that lived in several vendor
+packages.
 """
 
 from __future__ import annotations
@@ -10,10 +11,13 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from hami_core.plugins.errors import ConfigError, WireFormatError
-from hami_core.wire.common import INT64_MAX, INT64_MIN, split_list
-from hami_core.wire.quantity import quantity_to_int
+from hami_core.plugins.objects import metadata
+from hami_core.plugins.types import HealthReport
+from hami_core.wire.common import INT64_MAX, INT64_MIN, check_device_count, split_list
+from hami_core.wire.quantity import parse_quantity, quantity_to_int
 
-__all__ = ["Selection", "as_int64", "parse_section", "pydantic_error", "resource", "set_env"]
+__all__ = ["Selection", "as_int64", "as_whole", "capacity_count", "capacity_health", "node_capacity", "parse_section",
+           "pydantic_error", "quantity_value", "resource", "set_env", "unix_nanos"]
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
@@ -40,6 +44,71 @@ def as_int64(value: Any) -> int | None:
     if number is None or not INT64_MIN <= number <= INT64_MAX:
         return None
     return number
+
+
+def as_whole(value: Any) -> int | None:
+    """The exact integer value of a quantity of any size; ``None`` when ``value`` is ``None``, fractional or not a
+    quantity. Unlike :func:`as_int64` it keeps a value beyond int64 (vendors whose rules never bounded one)."""
+    if value is None:
+        return None
+    try:
+        return quantity_to_int(value)
+    except WireFormatError:
+        return None
+
+
+def quantity_value(value: Any) -> int | None:
+    """Go ``Quantity.Value``: the value rounded up to an integer (``"1.5"`` → 2, ``"-1.5"`` → -1); ``None`` when it
+    is not a quantity."""
+    try:
+        number = parse_quantity(value)
+    except WireFormatError:
+        return None
+    return -((-number.numerator) // number.denominator)
+
+
+def node_capacity(node: Mapping[str, Any], name: str) -> Any:
+    """``status.capacity[name]`` of a Node as written, ``None`` when absent (vendors that synthesise their devices
+    from a capacity read it so)."""
+    return ((node.get("status") or {}).get("capacity") or {}).get(name)
+
+
+def capacity_count(node: Mapping[str, Any], name: str) -> int | None:
+    """The number of whole cards a node's ``status.capacity[name]`` announces, for backends that synthesise their
+    devices from it (Enflame GCU, MetaX GPU): ``None`` when absent; a value Kubernetes' ``AsInt64`` cannot read
+    raises :class:`WireFormatError` naming the node and field, as does a count beyond what a node may register.
+    A negative count is returned as it is (no devices to the caller).
+    """
+    raw = node_capacity(node, name)
+    if raw is None:
+        return None
+    where = f"node {metadata(node).get('name', '')}: status.capacity[{name}]"
+    count = as_int64(raw)
+    if count is None:
+        raise WireFormatError(f"{where}: {raw!r} is not a whole number of devices")
+    return check_device_count(count, where)
+
+
+def capacity_health(node: Mapping[str, Any], name: str) -> HealthReport:
+    """HAMi's ``CheckHealth`` for whole cards counted by ``status.capacity[name]`` (Enflame GCU, MetaX GPU): healthy
+    when the capacity is above 0, refreshed every time. A node without the key has no such card to be unhealthy
+    about (as the generic rule treats nodes without devices); a capacity of 0 (or unreadable) is a device plugin
+    saying it has none."""
+    raw = node_capacity(node, name)
+    if raw is None:
+        return HealthReport(True, False)
+    if (as_int64(raw) or 0) > 0:
+        return HealthReport(True, True)
+    return HealthReport(False, True, reason=f"status.capacity[{name}] is {raw!r}")
+
+
+def unix_nanos(now: float) -> int:
+    """``now`` (Unix seconds) in Unix nanoseconds, as Go's ``time.Now().UnixNano()`` writes annotation times.
+
+    The whole seconds are split off first: a float cannot hold today's time in nanoseconds exactly.
+    """
+    whole = int(now)
+    return whole * 1_000_000_000 + round((now - whole) * 1_000_000_000)
 
 
 def set_env(container: dict[str, Any], name: str, value: str) -> None:

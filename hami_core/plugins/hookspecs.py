@@ -29,6 +29,8 @@ import pluggy
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 
+    from hami_core.engine.scoring import ScorerDefaults
+    from hami_core.engine.workload import Shape
     from hami_core.plugins.types import (
         ContainerAllocation,
         ContainerDevice,
@@ -36,6 +38,7 @@ if TYPE_CHECKING:
         DeviceBackend,
         DeviceInfo,
         DeviceRequest,
+        DeviceUsage,
         FitCandidate,
         FitResult,
         GpuPolicy,
@@ -102,6 +105,26 @@ def hami_scheduling_policies() -> Iterable[PolicyInfo] | None:
         @hookimpl
         def hami_scheduling_policies():
             return [PolicyInfo("fgd", "node", "least growth of expected GPU fragmentation")]
+    """
+
+
+@_hookspec
+def hami_policy_setup(config: Any, state: MutableMapping[str, Any]) -> None:
+    """Set up what a scheduling policy keeps for one engine, from its own section of the configuration.
+
+    Phase: registration, once per engine, after its configuration is validated. ``config`` is the engine's
+    ``scheduler:`` section (:class:`~hami_core.engine.config.SchedulerConfig`): HAMi's settings and the sections
+    that policy packages mount on it (the built-in ``fgd`` policy reads ``config.fgd``; a package declares its
+    sections in :mod:`hami_core.policies`). ``state`` is the engine's plugin state: keep yours under your plugin's
+    name. The engine hands the same mapping to :func:`hami_observe_pod`, :func:`hami_order_devices` and
+    :func:`hami_score_defaults` as ``state``, and to :func:`hami_prescore_nodes` as ``batch.workload``. Every
+    plugin is called. Returns nothing.
+
+    Example::
+
+        @hookimpl
+        def hami_policy_setup(config, state):
+            state["acme"] = AcmeModel(config.acme.window)
     """
 
 
@@ -202,9 +225,53 @@ def hami_container_request(
     """
 
 
+@_hookspec
+def hami_observe_pod(key: str, shapes: Sequence[Shape], host: tuple[int, int], state: MutableMapping[str, Any]) -> None:
+    """Event: the engine is about to decide where a pod with device requests goes; for policies that learn.
+
+    Phase: requests, once per :meth:`Engine.schedule <hami_core.engine.facade.Engine.schedule>` call of a pod that
+    requests managed devices, before any node is looked at (a pod scheduled again is observed again: count it once
+    by ``key``, its UID, else ``namespace/name``). ``shapes`` are its requests, one
+    :class:`~hami_core.engine.workload.Shape` per (container, backend) request with the pod's type selections;
+    ``host`` its CPU (milli) and memory (MiB) requests; ``state`` the engine's plugin state
+    (:func:`hami_policy_setup`). The built-in ``fgd`` policy counts the pod in its request mix here and takes the
+    mix snapshot the decision's other hooks read. Every plugin is called; return values are ignored, and an
+    exception fails the decision, so keep implementations cheap.
+    """
+
+
 # ---------------------------------------------------------------------------------------------- #
 # Filter (batched over candidate nodes)                                                          #
 # ---------------------------------------------------------------------------------------------- #
+
+
+@_hookspec(firstresult=True)
+def hami_order_devices(
+    pod: Mapping[str, Any],
+    node: Any,
+    request: DeviceRequest,
+    shape: Shape | None,
+    host: tuple[int, int],
+    devices: Sequence[DeviceUsage],
+    ordered: list[DeviceUsage],
+    policy: GpuPolicy,
+    state: Mapping[str, Any],
+) -> Sequence[DeviceUsage] | None:
+    """Order one node's devices for one container's fit under a GPU policy token that is not HAMi's own.
+
+    Phase: filter, per candidate node and container request, before :func:`hami_filter_nodes`; called only for
+    pods whose GPU policy has a token outside HAMi's (``binpack``, ``spread``, ``numa``, ``mutex``,
+    ``topology-aware``), such as the built-in ``fgd``. ``ordered`` is the node's devices of ``request.backend`` in
+    the HAMi order the token starts from (preferred device **last**, as the fit walks them); ``devices`` the same
+    devices in registration order; both carry the usage of the pod's earlier containers (``devices`` is then a copy,
+    not ``node.devices[backend]``). ``node`` is the engine's node state: a NodeView that also has ``generation``
+    (changes whenever its devices or usage change), ``order_cache`` (a dict for per-node results, stored as
+    ``(generation, value)``) and ``host_total``/``host_used`` (CPU milli, memory MiB). ``shape`` is the request as
+    :func:`hami_observe_pod` saw it, ``host`` the pod's CPU and memory, ``state`` the engine's plugin state. Stops
+    at the first non-``None`` result; return ``None`` to keep ``ordered``.
+
+    :returns: the same devices reordered (preferred last), or ``None``.
+    """
 
 
 @_hookspec(firstresult=True)
@@ -242,13 +309,35 @@ def hami_filter_nodes(
 
 
 @_hookspec
+def hami_score_defaults(policy: GpuPolicy, state: Mapping[str, Any]) -> Mapping[str, ScorerDefaults] | None:
+    """Declare how scorers weigh under the pod's node policy by default, and the scale of your own scorers.
+
+    Phase: score, once per decision. A *scorer* is one plugin's score answers (see
+    :mod:`hami_core.engine.scoring`): ``hami`` for HAMi's node score, a backend object's backend name, a module
+    plugin's registered name (or its ``HAMI_SCORER`` attribute), ``<name>.neutral`` for its
+    ``NodeScore(neutral=True)`` answers. The engine adds, per node, ``weight x value / scale`` of every scorer (its
+    direction reversed under ``spread`` unless neutral). Answer ``{scorer: ScorerDefaults(weight, scale)}``:
+    ``scale`` is the points of a full score of your scorer (so ``value / scale`` is 0..1); ``weight`` the default
+    weight of any scorer under ``policy`` (a node policy whose score includes its own tie-break turns HAMi's off:
+    ``{"hami": ScorerDefaults(weight=0)}``). ``None`` fields say nothing; a weight nobody gives is the scorer's
+    own points (``weight = scale``; 10000 points per unit for neutral scorers), which is HAMi's arithmetic. Every
+    plugin may answer; later answers win, and the operator's ``scheduler.scoreWeights`` come last (HAMi's built-in
+    score plugin, ``trylast``). ``state`` is the engine's plugin state (:func:`hami_policy_setup`).
+
+    :returns: a mapping of scorer name to :class:`~hami_core.engine.scoring.ScorerDefaults`, or ``None``.
+    """
+
+
+@_hookspec
 def hami_prescore_nodes(pod: Mapping[str, Any], batch: NodeBatch, policy: GpuPolicy) -> Sequence[float] | None:
     """Score every candidate node from its state alone, before any fit (the framework's PreScore).
 
-    Phase: score; one call per pod, over all candidates. Every plugin may answer; the engine adds the
-    answers (raw, "higher is better", one number per ``batch.nodes`` entry, or a numpy array) to the
-    :func:`hami_score_nodes` totals. The default plugin contributes HAMi's default node score from
-    ``batch.totals``. Because these scores do not depend on where the pod's devices would go, the
+    Phase: score; one call per pod, over all candidates. Every plugin may answer; the engine weighs each
+    plugin's answer as its scorer (:func:`hami_score_defaults`; by default it adds the raw values, "higher is
+    better", one number per ``batch.nodes`` entry, or a numpy array) into the :func:`hami_score_nodes` totals.
+    The default plugin contributes HAMi's default node score (scorer ``hami``) from ``batch.totals``. A scorer
+    weighing 0 is not called. ``batch.workload`` is the engine's plugin state (:func:`hami_policy_setup`).
+    Because these scores do not depend on where the pod's devices would go, the
     engine can fit nodes best-first and stop at the first that fits when no plugin implements
     :func:`hami_score_nodes` (``Engine.schedule(..., limit=1)``).
 
@@ -263,13 +352,14 @@ def hami_score_nodes(
     """Score every feasible node (HAMi ``ComputeDefaultScore`` + ``ScoreNode``).
 
     Phase: score; one call per pod. Every plugin may answer; the engine adds up all answers per node
-    (``None`` for a node or for the whole call contributes nothing). Values are raw, "higher is
-    better"; the engine applies the node policy (binpack picks the highest total, spread the
-    lowest). A ``NodeScore(neutral=True)`` is multiplied by +10000 under binpack and -10000 under
-    spread. Scores that need only the node's state belong in :func:`hami_prescore_nodes`, which keeps
-    best-first evaluation possible: a vendor plugin implementing this hook makes decisions for pods
-    that request its backends fit every node, and any other plugin implementing it does so for every
-    pod. A vendor returns ``None`` for candidates whose assignment has none of its backends.
+    (``None`` for a node or for the whole call contributes nothing), each weighed as its scorer's
+    (:func:`hami_score_defaults`). Values are raw, "higher is better"; the engine applies the node policy (binpack
+    picks the highest total, spread the lowest). A ``NodeScore(neutral=True)`` belongs to the scorer
+    ``<name>.neutral``, which the node policy does not reverse; unweighed, it counts 10000 points per unit (reported
+    as -10000 under spread, whose figures are lowest-best). Scores that need only the node's state belong in
+    :func:`hami_prescore_nodes`, which keeps best-first evaluation possible: a vendor plugin implementing this
+    hook makes decisions for pods that request its backends fit every node, and any other plugin implementing it
+    does so for every pod. A vendor returns ``None`` for candidates whose assignment has none of its backends.
 
     :returns: one :class:`NodeScore` (or ``None``) per candidate, in order, or ``None``.
     """

@@ -11,9 +11,14 @@ What the base does (vendors.md Part A):
 * ``hami_node_health``: the generic handshake rule on ``handshake_annotation`` (A.5);
 * ``hami_mutate_container``: the container uses the backend iff its count resource is in its limits;
 * ``hami_container_request``: count, memory (x ``memory_factor``), memory percentage and cores under HAMi's
-  integer limits, in four overridable steps;
+  integer limits, in four overridable steps (:attr:`~StandardBackend.fractional_memory` and
+  :attr:`~StandardBackend.memory_given_percentage` cover the usual vendor variations);
 * ``hami_filter_nodes``: :func:`~hami_core.plugins.fit.standard_fit` with type/UUID selection from the
-  ``use_*``/``nouse_*`` annotations, the ``mutex`` GPU policy and, when :attr:`enforce_quota`, ResourceQuota;
+  ``use_*``/``nouse_*`` annotations, the ``mutex`` GPU policy, when :attr:`enforce_quota` ResourceQuota, and when
+  :attr:`same_devices_as_earlier_containers` the rule of :func:`same_devices_rule`; when
+  :meth:`vector_fit_options` says the pod's fit is the plain checklist, the core computes the same verdicts for
+  all nodes at once from its device arrays instead of calling it (:attr:`vector_fit`, :attr:`exact_fit_annotations`
+  tell it when a subclass's override still is);
 * ``hami_allocation_annotations`` / ``hami_decode_allocation``: HAMi's pod codec on the to-allocate and
   allocated keys (A.4);
 * ``hami_node_lock``: ``lock_annotation`` when an app container uses the backend (A.6).
@@ -23,15 +28,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
-from hami_core.plugins.fit import DevicePredicate, quota_predicate, standard_fit
+from hami_core.plugins.fit import CustomRule, DevicePredicate, quota_predicate, standard_fit
 from hami_core.plugins.health import standard_health
 from hami_core.plugins.helpers import Selection, as_int64, resource
 from hami_core.plugins.hookspecs import hookimpl
 from hami_core.plugins.objects import annotations
 from hami_core.plugins.types import (
     MEM_PERCENTAGE_UNSET,
+    ContainerDevice,
     ContainerRequests,
     DeviceBackend,
     DeviceInfo,
@@ -52,6 +58,7 @@ from hami_core.wire.pods import decode_pod_single_device, encode_pod_single_devi
 
 __all__ = [
     "StandardBackend",
+    "same_devices_rule",
     "standard_allocation_annotations",
     "standard_decode_allocation",
     "standard_node_lock",
@@ -88,8 +95,29 @@ def standard_node_lock(backend: DeviceBackend, requests: ContainerRequests) -> L
     return None
 
 
+def same_devices_rule(allocated: Sequence[Sequence[ContainerDevice]]) -> CustomRule | None:
+    """HAMi's "same devices as the pod's earlier containers" ``customFilterRule`` (MetaX GPU, Mthreads), for one
+    node: ``allocated`` is what earlier containers of the pod got there (``FitCandidate.allocated[name]``).
+
+    ``None`` (no rule) when they got nothing; else a device fits only if it is every device they got, so one
+    container may take several devices but a later one then fits nowhere (``CardNotFoundCustomFilterRule``).
+    """
+    earlier = tuple(d.uuid for ctr in allocated for d in ctr)
+    if not earlier:
+        return None
+
+    def same_devices(dev: DeviceUsage, mem: int, cores: int, chosen: Sequence[ContainerDevice]) -> bool:
+        return all(uuid == dev.id for uuid in earlier)
+
+    return same_devices
+
+
 def _never(dev: DeviceUsage) -> bool:
     return False
+
+
+#: :meth:`StandardBackend.fit_options` keys the vectorised fit honours (``custom_reason`` names a rule's reason only).
+_VECTOR_OPTIONS = frozenset({"mutex", "custom_reason"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,8 +131,28 @@ class StandardBackend(DeviceBackend):
 
     #: Cores a container books when its core resource is absent (HAMi: 0 for most, 100 for an exclusive card).
     default_cores: ClassVar[int] = 0
+    #: ``MemPercentagereq`` of a request that books memory and gives no percentage: unset (HAMi's NVIDIA rule) or,
+    #: for vendors whose memory in MiB always wins over a percentage (Hygon, Ascend, Cambricon, MetaX sGPU,
+    #: Mthreads), 0.
+    memory_given_percentage: ClassVar[int] = MEM_PERCENTAGE_UNSET
+    #: A memory quantity Kubernetes' ``AsInt64`` cannot read (fractional, not a quantity, beyond int64): ``"drop"``
+    #: drops the request (the generic rule), ``"ignore"`` books 0 MiB, i.e. the whole card (Hygon's rule).
+    fractional_memory: ClassVar[Literal["drop", "ignore"]] = "drop"
+    #: Fit with :func:`same_devices_rule` (MetaX GPU, Mthreads): on a node where earlier containers of the pod got
+    #: devices, a later container may take only the device they all got. It replaces any ``custom_rule`` from
+    #: :meth:`fit_options`.
+    same_devices_as_earlier_containers: ClassVar[bool] = False
     #: Pass ResourceQuota to the fit (HAMi: NVIDIA and Cambricon enforce it in their fit).
     enforce_quota: ClassVar[bool] = False
+    #: Whether the core may fit this backend on every node at once from its numeric device arrays instead of calling
+    #: :meth:`hami_filter_nodes` per node, when :meth:`vector_fit_options` allows it for the pod. ``None`` (the
+    #: default): exactly when :meth:`hami_filter_nodes` is the base's. A subclass whose override adds only per-node
+    #: rules that :attr:`exact_fit_annotations` and MIG-mode devices announce may set True.
+    vector_fit: ClassVar[bool | None] = None
+    #: Node annotations under which this backend's fit differs from the plain checklist (NVIDIA:
+    #: ``hami.io/device-cordon``): a node carrying one (non-empty) is fitted by :meth:`hami_filter_nodes`. Nodes
+    #: where the backend has a MIG-mode device always are.
+    exact_fit_annotations: ClassVar[frozenset[str]] = frozenset()
 
     # ----------------------------------------------------------------------------------- inventory
     @hookimpl
@@ -151,25 +199,28 @@ class StandardBackend(DeviceBackend):
 
     def request_memory(self, container: Mapping[str, Any]) -> int | None:
         """MiB per device: the memory quantity x ``memory_factor``; 0 when absent; ``None`` drops the request
-        (a non-integer quantity, or one outside 0..MaxInt32 once multiplied)."""
+        (one outside 0..MaxInt32 once multiplied, or a non-integer quantity unless :attr:`fractional_memory` is
+        ``"ignore"``, which books 0 for it)."""
         raw = resource(container, self.resource_names.memory)
         if raw is None:
             return 0
         mem = as_int64(raw)
+        if mem is None:
+            return 0 if self.fractional_memory == "ignore" else None
         factor = max(self.resource_names.memory_factor, 1)
-        if mem is None or not 0 <= mem <= INT32_MAX // factor:
+        if not 0 <= mem <= INT32_MAX // factor:
             return None
         return mem * factor
 
     def request_percentage(self, container: Mapping[str, Any], memreq: int) -> int:
         """``MemPercentagereq``: the percentage resource when given (1..100), else 100 (the whole card's memory)
-        when no memory is booked, else unset."""
+        when no memory is booked, else :attr:`memory_given_percentage`."""
         raw = resource(container, self.resource_names.memory_percentage)
         if raw is not None:
             value = as_int64(raw)
             if value is not None and value > 0:
                 return min(value, 100)
-        return 100 if memreq == 0 else MEM_PERCENTAGE_UNSET
+        return 100 if memreq == 0 else self.memory_given_percentage
 
     def request_cores(self, container: Mapping[str, Any]) -> int | None:
         """Cores per device: the core quantity, :attr:`default_cores` when absent or not an integer; ``None``
@@ -199,6 +250,33 @@ class StandardBackend(DeviceBackend):
         applies the ``mutex`` GPU policy."""
         return {"mutex": policy.has("mutex")}
 
+    def vector_fit_options(self, pod: Mapping[str, Any], request: DeviceRequest, policy: GpuPolicy,
+                           quota: QuotaView | None) -> dict[str, Any] | None:
+        """The :func:`standard_fit` keywords of this pod's fit when it is the plain checklist, which the core can
+        then run on every node at once (``{"mutex": bool}``); ``None`` when it must call :meth:`hami_filter_nodes`.
+
+        Plain: :attr:`vector_fit` holds, the request is this backend's (at least one device), no quota is enforced,
+        the pod selects no card type or UUID (:meth:`type_predicate` gives ``None``) and :meth:`fit_options`
+        sets nothing but ``mutex`` (no NUMA binding, topology, cordon, custom rule or revisit). The verdicts,
+        chosen devices and reason texts are the per-node fit's (``tests/engine/test_vecfit.py``).
+        """
+        vector = self.vector_fit
+        if vector is None:
+            # The same-devices rule is per node (what earlier containers got there), which the arrays do not model.
+            vector = (type(self).hami_filter_nodes is StandardBackend.hami_filter_nodes
+                      and not self.same_devices_as_earlier_containers)
+        if not vector or request.backend != self.name or request.nums < 1:
+            return None
+        if quota is not None and self.enforce_quota:
+            return None
+        sel = self.selection(pod)
+        if sel.filters_uuid or self.type_predicate(pod, request, sel) is not None:
+            return None
+        options = self.fit_options(pod, request, policy)
+        if any(value for key, value in options.items() if key not in _VECTOR_OPTIONS):
+            return None
+        return {"mutex": bool(options.get("mutex"))}
+
     @hookimpl
     def hami_filter_nodes(self, pod: Mapping[str, Any], request: DeviceRequest, candidates: Sequence[FitCandidate],
                           policy: GpuPolicy, quota: QuotaView | None) -> Sequence[FitResult]:
@@ -208,9 +286,14 @@ class StandardBackend(DeviceBackend):
         options = self.fit_options(pod, request, policy)
         if not self.enforce_quota:
             quota = None
-        return [standard_fit(cand.devices, request, type_ok=type_ok, uuid_ok=uuid_ok,
-                             quota=quota_predicate(quota, self, cand), **options)
-                for cand in candidates]
+        results = []
+        for cand in candidates:
+            kwargs = options
+            if self.same_devices_as_earlier_containers:
+                kwargs = {**options, "custom_rule": same_devices_rule(cand.allocated.get(self.name, ()))}
+            results.append(standard_fit(cand.devices, request, type_ok=type_ok, uuid_ok=uuid_ok,
+                                        quota=quota_predicate(quota, self, cand), **kwargs))
+        return results
 
     # ----------------------------------------------------------------------------------- reserve / bind
     @hookimpl

@@ -17,6 +17,7 @@ from hami_core.scheduler.identity import TrustedIdentities
 from hami_core.scheduler.inflight import DEFAULT_INFLIGHT_LIMIT
 from hami_core.scheduler.metrics import MetricsServer, serve_metrics
 from hami_core.scheduler.nodelock import DEFAULT_RETRY_TIMEOUT_S, DEFAULT_TIMEOUT_S, DEFAULT_WAIT_S, WATCHED_POLL_S
+from hami_core.scheduler.requeue import DEFAULT_NUDGE_INTERVAL_S
 from hami_core.scheduler.routes import ALL_ROUTES, EXTENDER_ROUTES, WEBHOOK_ROUTES
 from hami_core.scheduler.sync import DEFAULT_INTERVAL_S, Sync
 from hami_core.scheduler.webhook import Webhook
@@ -46,6 +47,8 @@ class Options:
     write_allocation: str = "filter"
     #: ``--node-inflight-limit``: pods between filter and Allocate a node takes before others are preferred
     inflight_limit: int = DEFAULT_INFLIGHT_LIMIT
+    #: ``--requeue-nudge``: the least seconds between two requeue nudges (0: never nudge; :mod:`.requeue`)
+    requeue_nudge_s: float = DEFAULT_NUDGE_INTERVAL_S
     #: ``--normal-events``: HAMi's FilteringSucceed / BindingSucceed for every pod (Warning events always)
     normal_events: bool = True
     resync_s: float = DEFAULT_INTERVAL_S
@@ -107,6 +110,7 @@ class Scheduler:
                                  lock_wait=self.options.lock_wait_s, write_allocation=self.options.write_allocation,
                                  inflight_limit=self.options.inflight_limit,
                                  normal_events=self.options.normal_events,
+                                 requeue_nudge_s=self.options.requeue_nudge_s,
                                  engine_lock=self.lock,
                                  ready=self.sync.wait_synced, sync_wait_s=self.options.sync_wait_s)
         # binds waiting for a locked node wake on its watch events (the poll is only a fallback then), and a
@@ -161,6 +165,8 @@ class Scheduler:
                                          self.lock, self.extender.locker,
                                          device_detail=self.options.metrics_device_detail,
                                          extender=self.extender)
+        if self.extender.nudger is not None:
+            self.extender.nudger.start()
         for server in self.servers:
             server.start()
 
@@ -172,6 +178,8 @@ class Scheduler:
         if self.metrics is not None:
             self.metrics.shutdown()
         self.sync.stop()
+        if self.extender.nudger is not None:
+            self.extender.nudger.stop()
         try:
             self.cluster.close()
         except Exception as exc:

@@ -36,7 +36,6 @@ a JSON merge patch carrying ``metadata.resourceVersion``, so two schedulers raci
 from __future__ import annotations
 
 import logging
-import random
 import threading
 import time
 from collections import deque
@@ -45,6 +44,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from hami_core.cluster.base import Cluster, ConflictError, NotFoundError
+from hami_core.cluster.refs import PodRef
+from hami_core.cluster.retry import retry as _retry
 from hami_core.engine.pods import annotations, metadata
 from hami_core.plugins.errors import HamiError, TemporaryError, WireFormatError
 from hami_core.plugins.types import LockSpec
@@ -184,7 +185,7 @@ class NodeLocker:
             elif len(queue.tickets) >= MAX_WAITERS:
                 self.refused["queue_full"] += 1
                 log.info("node %s: %d binds already wait for its lock; %s/%s does not", node, len(queue.tickets),
-                         *_owner(pod))
+                         *PodRef.of(pod))
                 raise self._contention(node, spec)
             else:
                 queue.tickets.append(ticket)
@@ -215,7 +216,7 @@ class NodeLocker:
                     with self._queue_guard:
                         self.waits += 1
                         self.waited_s += waited
-                    log.debug("node %s: %s/%s waited %.3f s for the lock", node, *_owner(pod), waited)
+                    log.debug("node %s: %s/%s waited %.3f s for the lock", node, *PodRef.of(pod), waited)
                 return obj
         finally:
             with self._queue_guard:
@@ -259,7 +260,7 @@ class NodeLocker:
         """Remove the lock if ``pod`` holds it (or anyone, with ``force``; owner-less locks always). ``seen``: the
         Node as read a moment ago (the removal is a compare-and-swap on its resourceVersion; a Node changed since
         is read again), so that a release costs one write and no read."""
-        namespace, name = _owner(pod)
+        namespace, name = PodRef.of(pod)
         obj = seen if seen is not None else self.cluster.get_node(node)
         value = annotations(obj).get(spec.annotation)
         if not value:
@@ -313,7 +314,7 @@ class NodeLocker:
 
     def _acquire_once(self, node: str, pod: Mapping[str, Any], spec: LockSpec,
                       seen: Mapping[str, Any] | None = None, seen_fresh: bool = True) -> Mapping[str, Any] | None:
-        namespace, name = _owner(pod)
+        namespace, name = PodRef.of(pod)
         obj = seen if seen is not None else self.cluster.get_node(node)
         value = annotations(obj).get(spec.annotation)
         if not value:
@@ -393,7 +394,7 @@ class NodeLocker:
         ``seen`` (read just before); if the node changed since (409), it decides again at once from a fresh read;
         other errors are retried with backoff, each from a fresh read. Returns the Node as written (or found
         ours)."""
-        namespace, name = _owner(pod)
+        namespace, name = PodRef.of(pod)
         now = datetime.fromtimestamp(self.clock(), tz=UTC).astimezone()
         wanted = encode_node_lock(now, namespace, name) if spec.owned else encode_lock_time(now)
 
@@ -483,26 +484,7 @@ def _contention(exc: BaseException) -> bool:
 def retry(what: str, step: Callable[[], Any], *, attempts: int = ATTEMPTS, backoff_s: float = BACKOFF_S,
           sleep: Callable[[float], None] = time.sleep,
           final: Callable[[BaseException], bool] = _contention) -> Any:
-    """``step()``, retried with exponential backoff (``backoff_s``, doubling, jitter 0.5) on any error for which
-    ``final(error)`` is false (default: all but contention); the last error is raised as a :class:`HamiError`
-    naming ``what``."""
-    delay = backoff_s
-    for attempt in range(1, attempts + 1):
-        try:
-            return step()
-        except Exception as exc:
-            if final(exc):
-                raise
-            if attempt == attempts:
-                if isinstance(exc, HamiError):
-                    raise
-                raise HamiError(f"{what}: {exc}") from exc
-            log.debug("%s: attempt %d failed (%s); retrying", what, attempt, exc)
-            sleep(delay * (1 + random.uniform(0, 0.5)))
-            delay *= 2
-    raise AssertionError("unreachable")  # pragma: no cover
-
-
-def _owner(pod: Mapping[str, Any]) -> tuple[str, str]:
-    meta = metadata(pod)
-    return str(meta.get("namespace") or "default"), str(meta.get("name") or "")
+    """:func:`hami_core.cluster.retry.retry` with the node lock's rules: ``attempts`` tries with exponential backoff
+    (``backoff_s``, doubling, jitter 0.5) on any error for which ``final(error)`` is false (default: all but
+    contention); the last error is raised as a :class:`HamiError` naming ``what``."""
+    return _retry(what, step, attempts=attempts, backoff_s=backoff_s, sleep=sleep, final=final, logger=log)

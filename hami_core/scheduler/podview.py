@@ -15,30 +15,19 @@ informer copy): a pod missing from a view that far along does not exist (any mor
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from hami_core.cluster.refs import PodRef, resource_version
+from hami_core.cluster.watchcache import WatchCache
 from hami_core.engine.pods import is_terminal, metadata
 
 __all__ = ["PodView", "Seen", "version_of"]
 
-_Key = tuple[str, str]
-
-
-def version_of(pod: Mapping[str, Any]) -> int | None:
-    """``metadata.resourceVersion`` as a number (etcd's revision: one counter across all objects), or None when it
-    is absent or not a number (then versions cannot be ordered)."""
-    raw = metadata(pod).get("resourceVersion")
-    if type(raw) is str and raw.isdigit():
-        return int(raw)
-    return None
-
-
-def _key(pod: Mapping[str, Any]) -> _Key:
-    meta = metadata(pod)
-    return str(meta.get("namespace") or "default"), str(meta.get("name") or "")
+#: ``metadata.resourceVersion`` as a number (etcd's revision: one counter across all objects), or None when it is
+#: absent or not a number (then versions cannot be ordered); kept under this name for callers of this module
+version_of = resource_version
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +45,7 @@ class Seen:
         later version, or another pod of that name created after it. False when versions cannot be ordered, and for
         the very version listed (applying it again is how a pass repairs a ledger the extender changed since, a
         re-filter that found no node, say; the engine skips a version it still follows)."""
-        listed = version_of(pod)
+        listed = resource_version(pod)
         if listed is None or self.version is None:
             return False
         return self.version > listed
@@ -67,81 +56,59 @@ def _seen(pod: Mapping[str, Any]) -> Seen:
     node = spec.get("nodeName") if isinstance(spec, Mapping) else None
     node = node if isinstance(node, str) else ""
     finished = is_terminal(pod)
-    return Seen(str(metadata(pod).get("uid") or ""), version_of(pod), node, finished,
+    return Seen(str(metadata(pod).get("uid") or ""), resource_version(pod), node, finished,
                 pod if not node and not finished else None)
 
 
 class PodView:
-    """Thread-safe; one writer (the sync feed), many readers (the HTTP handlers)."""
+    """Thread-safe; one writer (the sync feed), many readers (the HTTP handlers). Its entries live in a
+    :class:`~hami_core.cluster.watchcache.WatchCache`, the same store and waits as the cluster's own watch cache."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._changed = threading.Condition(self._lock)
-        self._pods: dict[_Key, Seen] = {}
-        self._waiting = 0
-        #: the highest resourceVersion delivered (a watch delivers in order: every earlier change is in the view)
-        self.high = 0
+        self._cache: WatchCache[PodRef, Seen] = WatchCache()
+
+    @property
+    def high(self) -> int:
+        """The highest resourceVersion delivered (a watch delivers in order: every earlier change is in the view)."""
+        return self._cache.high
 
     def __len__(self) -> int:
-        return len(self._pods)
+        return len(self._cache)
 
     def put(self, pod: Mapping[str, Any]) -> None:
         """The watch delivered ``pod`` (ADDED or MODIFIED); the caller hands it over and never changes it."""
-        key = _key(pod)
-        if not key[1]:
+        key = PodRef.of(pod)
+        if not key.name:
             return
         seen = _seen(pod)
-        with self._lock:
-            self._pods[key] = seen
-            self._advance(seen.version)
-
-    def _advance(self, version: int | None) -> None:
-        """Lock held: note a delivered version and wake the waiters (if any) to look again."""
-        if version is not None and version > self.high:
-            self.high = version
-        if self._waiting:
-            self._changed.notify_all()
+        self._cache.put(key, seen, seen.version)
 
     def remove(self, pod: Mapping[str, Any]) -> None:
         """The watch delivered ``pod``'s deletion. A pod created since under the same name (another UID) stays."""
-        key = _key(pod)
         uid = str(metadata(pod).get("uid") or "")
-        with self._lock:
-            current = self._pods.get(key)
-            if current is not None and (not uid or current.uid == uid):
-                del self._pods[key]
-            self._advance(version_of(pod))
+        self._cache.pop(PodRef.of(pod), resource_version(pod), only=lambda current: not uid or current.uid == uid)
 
-    def retain(self, keep: Iterable[_Key]) -> int:
+    def retain(self, keep: Iterable[tuple[str, str]]) -> int:
         """Forget every pod not named in ``keep`` (a list of the API server's pods, plus the names the watch touched
         while it was taken): their deletions were missed. Returns how many went."""
-        wanted = set(keep)
-        with self._lock:
-            gone = [key for key in self._pods if key not in wanted]
-            for key in gone:
-                del self._pods[key]
-        return len(gone)
+        return len(self._cache.retain(keep))  # type: ignore[arg-type]
 
     def get(self, namespace: str, name: str) -> Seen | None:
         """The pod of that name as last delivered, or None."""
-        return self._pods.get((namespace, name))
+        return self._cache.get(PodRef(namespace, name))
 
     def wait(self, namespace: str, name: str, uid: str, timeout_s: float, through: int | None = None) -> Seen | None:
         """The pod of that name and ``uid``, waiting up to ``timeout_s`` for the watch to deliver it; None when it
         does not by then (unknown to the watch, or the view holds another pod of that name), or as soon as the view
         has passed resourceVersion ``through`` without it (the version of the caller's copy of the pod)."""
-        key = (namespace, name)
+        key = PodRef(namespace, name)
+        cache = self._cache
 
         def settled() -> bool:
-            current = self._pods.get(key)
-            return (current is not None and current.uid == uid) or (through is not None and self.high >= through)
+            current = cache.get(key)
+            return (current is not None and current.uid == uid) or (through is not None and cache.high >= through)
 
-        with self._changed:
-            if not settled() and timeout_s > 0:
-                self._waiting += 1
-                try:
-                    self._changed.wait_for(settled, timeout_s)
-                finally:
-                    self._waiting -= 1
-            current = self._pods.get(key)
+        with cache.lock:
+            cache.wait(settled, timeout_s)
+            current = cache.get(key)
             return current if current is not None and current.uid == uid else None

@@ -25,12 +25,14 @@ from datetime import UTC, datetime
 
 from hami_core.cluster.base import Cluster
 
-__all__ = ["RELEASED_ANNOTATION", "RequeueNudger"]
+__all__ = ["DEFAULT_NUDGE_INTERVAL_S", "RELEASED_ANNOTATION", "RequeueNudger"]
 
 log = logging.getLogger("hami.scheduler.requeue")
 
 #: Node annotation a nudge writes (RFC 3339 time of the release hami saw).
 RELEASED_ANNOTATION = "hami.io/devices-released-at"
+#: ``--requeue-nudge`` default: at most one nudge a second, whatever the churn.
+DEFAULT_NUDGE_INTERVAL_S = 1.0
 #: Refused pods remembered at most (a bound: a flood of unschedulable pods must not grow memory without limit).
 MAX_REFUSED = 100_000
 
@@ -43,7 +45,7 @@ class RequeueNudger:
     :meth:`start` (or inline through :meth:`flush`, for tests and shutdown).
     """
 
-    def __init__(self, cluster: Cluster, *, min_interval_s: float = 1.0,
+    def __init__(self, cluster: Cluster, *, min_interval_s: float = DEFAULT_NUDGE_INTERVAL_S,
                  clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
                  on_nudge: Callable[[str], None] | None = None) -> None:
         self.cluster = cluster

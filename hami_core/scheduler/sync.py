@@ -30,9 +30,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from hami_core.cluster.base import Cluster
+from hami_core.cluster.refs import PodRef, resource_version
 from hami_core.engine.facade import Engine
 from hami_core.engine.pods import annotations, metadata, pod_key, pod_ref
-from hami_core.scheduler.podview import PodView, version_of
+from hami_core.scheduler.podview import PodView
 from hami_core.wire import keys
 
 __all__ = ["Sync"]
@@ -69,8 +70,7 @@ class Sync:
         self.pod_listeners: list[Callable[[str, dict[str, Any]], None]] = []
         #: node name -> what its last registration depended on (see :meth:`_unchanged`)
         self._registered: dict[str, Any] = {}
-        self._lock_keys = frozenset({keys.NODE_LOCK} | {b.lock_annotation for b in engine.backends.values()
-                                                        if b.lock_annotation})
+        self._lock_keys = engine.lock_annotations
         self._synced = threading.Event()
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -162,7 +162,7 @@ class Sync:
                 except Exception:  # one pod the engine cannot take must not cost every other pod its pass
                     log.exception("pod %s: listed object not applied", pod_ref(pod))
             self.skipped = skipped
-            self.pods.retain([*(_name(p) for p in pods), *touched])
+            self.pods.retain([*(PodRef.of(p) for p in pods), *touched])
             # Booked before the list was taken yet not listed: the pod is gone and its DELETED was missed.
             for key in sorted(booked - listed):
                 log.info("pod %s: no longer on the API server; releasing its booking", key)
@@ -200,7 +200,7 @@ class Sync:
         try:
             with self.lock:
                 if self._touched is not None:
-                    self._touched.add(_name(pod))
+                    self._touched.add(PodRef.of(pod))
                 change = None if event != "DELETED" and self._behind(pod) else self._apply_pod(event, pod)
             self._announce(change)
         except Exception:
@@ -249,10 +249,10 @@ class Sync:
     def _behind(self, pod: Mapping[str, Any]) -> bool:
         """Whether a watch event brings an older version of a pod than the feed applied (a pass's list got there
         first; the watch catches up in a moment). Engine lock held."""
-        seen = self.pods.get(*_name(pod))
+        seen = self.pods.get(*PodRef.of(pod))
         if seen is None or seen.version is None or seen.uid != str(metadata(pod).get("uid") or ""):
             return False
-        version = version_of(pod)
+        version = resource_version(pod)
         if version is None or version >= seen.version:
             return False
         log.debug("pod %s: watch event at resourceVersion %s is older than the listed %s; skipped", pod_ref(pod),
@@ -262,7 +262,7 @@ class Sync:
     def _stale(self, pod: Mapping[str, Any], touched: set[tuple[str, str]]) -> bool:
         """Whether a listed ``pod`` is no news: the watch touched its name while the list was taken, or the feed
         holds that pod at a later version or a pod of that name created after it (engine lock held)."""
-        name = _name(pod)
+        name = PodRef.of(pod)
         if name in touched:
             return True
         seen = self.pods.get(*name)
@@ -316,7 +316,3 @@ class Sync:
             except Exception as exc:  # HAMi only logs a failed handshake write
                 log.warning("node %s: cannot write %s: %s", name, sorted(status.patch), exc)
 
-
-def _name(pod: Mapping[str, Any]) -> tuple[str, str]:
-    meta = metadata(pod)
-    return str(meta.get("namespace") or "default"), str(meta.get("name") or "")

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from hami_core.engine.objectfile import objects_from_yaml
-from hami_core.engine.yamlload import MAX_INPUT_BYTES, YamlInputError, read_text
 from hami_core.plugins.errors import HamiError
+from hami_core.plugins.yamlload import MAX_INPUT_BYTES, YamlInputError, read_text
 
 log = logging.getLogger("hami.sim")
 
@@ -29,7 +29,7 @@ def load_objects(text: str, *, source: str, kind: str | tuple[str, ...], strict:
 
     A malformed object is an error naming the file, the document (and item) and the field; without
     ``strict`` it is skipped with a warning instead, unless nothing usable is left. The YAML is read with
-    :mod:`hami_core.engine.yamlload` (duplicate keys, alias bombs and deep nesting are errors).
+    :mod:`hami_core.plugins.yamlload` (duplicate keys, alias bombs and deep nesting are errors).
     """
     kinds = (kind,) if isinstance(kind, str) else kind
     try:

@@ -18,12 +18,12 @@ from typing import Any
 
 import yaml
 
-from hami_core.engine.config import FgdClass
 from hami_core.engine.facade import Engine
 from hami_core.engine.pods import host_requests
 from hami_core.engine.workload import DEVICELESS, Shape, pod_shapes
 from hami_core.plugins.errors import AdmissionDenied, AdmissionFailed
 from hami_core.plugins.types import MEM_PERCENTAGE_UNSET
+from hami_core.policies.fgd.config import FgdClass
 from hami_core.sim.workload import SimPod
 
 __all__ = ["MIX_SOURCES", "trace_mix", "write_mix"]

@@ -15,18 +15,28 @@ A fit test, with the filter function of the example plugin ``hami_acme``::
     result = fit_one(acme.filter_nodes, None, devices, request("ACME", 1, 32))
     assert chosen(result) == ["A1"]          # the preferred device is the last one
 
+A vendor's test library starts from a :class:`VendorKit`, which builds what every one of its tests needs::
+
+    acme = VendorKit(hami_acme.plugin, "acme", AcmeConfig)
+    plugin_manager, make_engine, parse_config = acme.plugin_manager, acme.engine, acme.parse_config
+    container, make_pod = acme.container, acme.pod
+
 Times: :data:`T0` is the clock the kit's engines start at (also the conformance suite's ``NOW``).
 """
 
 from __future__ import annotations
 
+import copy
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel
 
 from hami_core.engine.facade import Engine
+from hami_core.plugins.helpers import parse_section
 from hami_core.plugins.manager import HamiPluginManager, get_plugin_manager
 from hami_core.plugins.types import (
     MEM_PERCENTAGE_UNSET,
@@ -47,8 +57,11 @@ __all__ = [
     "T0",
     "Clock",
     "FakeNode",
+    "VendorKit",
     "candidate",
     "chosen",
+    "container_limits",
+    "container_request",
     "engine_with",
     "fit_one",
     "gpu_policy",
@@ -65,6 +78,8 @@ T0 = 1_750_000_000.0
 
 #: The arguments of the ``hami_filter_nodes`` hook that :func:`fit_one` hands over by name.
 _FILTER_ARGS = ("backend", "pod", "request", "candidates", "policy", "quota")
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
 class Clock:
@@ -116,6 +131,67 @@ def engine_with(*plugins: object, config: Mapping[str, Any] | None = None,
     if scheduler is not None:
         devices["scheduler"] = dict(scheduler)
     return Engine(devices, plugins=plugin_manager(*plugins), clock=clock if clock is not None else Clock())
+
+
+@dataclass(frozen=True)
+class VendorKit(Generic[ModelT]):
+    """The builders every test of one vendor plugin uses: its plugin manager, an engine with its config section,
+    the section as the plugin validates it, and containers and pods as its tests write them.
+
+    ``plugin`` is the plugin module (``hami_acme.plugin``), ``section`` its device-config key (``acme``) and
+    ``model`` the pydantic model of that section. ``empty`` is what :meth:`engine` puts under the key when it
+    is given no section: ``{}`` (enabled with the defaults), or ``None`` for tests that mean the YAML key with
+    an empty body.
+    """
+
+    plugin: object
+    section: str
+    model: type[ModelT] | None = None
+    empty: Any = field(default_factory=dict)
+
+    def plugin_manager(self, *others: object) -> HamiPluginManager:
+        """:func:`plugin_manager` with the vendor's plugin (and ``others``)."""
+        return plugin_manager(self.plugin, *others)
+
+    def engine(self, section: Any = None, *, scheduler: Mapping[str, Any] | None = None,
+               clock: Callable[[], float] | None = None) -> Engine:
+        """:func:`engine_with` the vendor's plugin and ``{section: <section>}`` (a mapping is copied; anything else,
+        a list say, is passed as it is for the plugin to judge); ``None`` means :attr:`empty`."""
+        if isinstance(section, Mapping):
+            section = dict(section)
+        value = copy.deepcopy(self.empty) if section is None else section
+        return engine_with(self.plugin, config={self.section: value}, scheduler=scheduler, clock=clock)
+
+    def parse_config(self, value: Any) -> ModelT:
+        """The section validated as the plugin validates it (:func:`~hami_core.plugins.parse_section`)."""
+        if self.model is None:
+            raise TypeError(f"VendorKit({self.section!r}) was given no config model")
+        return parse_section(self.section, self.model, value)
+
+    @staticmethod
+    def container(name: str = "c", **kwargs: Any) -> dict[str, Any]:
+        """:func:`~hami_core.testing.factories.container` with the quantities kept as given (YAML integers, or
+        malformed values for error tests)."""
+        return factories.container(name, as_strings=False, **kwargs)
+
+    @staticmethod
+    def pod(*containers: Mapping[str, Any], name: str = "p", uid: str | None = None, **kwargs: Any) -> dict[str, Any]:
+        """:func:`~hami_core.testing.factories.pod` named ``p`` with UID ``uid-<name>`` unless given, so that the
+        same pod built twice (before and after placement) is one pod to the engine."""
+        return factories.pod(*containers, name=name, uid=uid or f"uid-{name}", **kwargs)
+
+
+def container_request(engine: Engine, container: Mapping[str, Any], backend_name: str) -> DeviceRequest | None:
+    """What ``engine`` asks of ``backend_name`` for a one-container pod holding ``container``; ``None`` when the
+    container asks nothing of it (HAMi would produce ``Nums == 0``)."""
+    reqs = engine.requests(factories.pod(container))
+    assert len(reqs.containers) == 1, reqs
+    return reqs.containers[0].get(backend_name)
+
+
+def container_limits(pod: Mapping[str, Any], index: int = 0) -> dict[str, Any]:
+    """The resource limits of a pod's app container ``index`` (``{}`` when it has none), e.g. after admission."""
+    return pod["spec"]["containers"][index].get("resources", {}).get("limits", {})
 
 
 # --------------------------------------------------------------------------------------------- fit inputs

@@ -23,6 +23,16 @@ Optionally ``malformed_node`` returns ``(node, key)``: a node whose registration
 By default the suite corrupts the backend's ``register_annotation``; capacity-based vendors (no register
 annotation) declare their own or the check is skipped.
 
+Where a fixture would only return data, a class attribute says it in one line: ``plugin`` (the module),
+``config``, ``node_json``, ``pod_json`` and ``malformed`` stand for ``plugin_module``, ``device_config``,
+``device_node``, ``fitting_pod`` and ``malformed_node`` (each test gets its own copy)::
+
+    class TestAcmeConformance(DeviceBackendConformance):
+        plugin = hami_acme.plugin
+        config = {"acme": {}}
+        node_json = node("n1", annotations={"hami.io/node-acme-register": ...})
+        pod_json = pod(container(limits={"acme.com/npu": 1, "acme.com/npu-mem": 1024}))
+
 Every check is a ``test_*`` method whose docstring names the bug it prevents; the checks take one fixture,
 ``conformance_kit``, so a test can also call them directly on a :class:`ConformanceKit`.
 """
@@ -34,7 +44,7 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -183,36 +193,54 @@ class DeviceBackendConformance:
 
     #: The engine clock the checks run at.
     now: float = NOW
+    #: The data behind the vendor fixtures, for a subclass that gives it as class attributes (module docstring).
+    plugin: ClassVar[ModuleType | object | None] = None
+    config: ClassVar[Mapping[str, Any] | None] = None
+    node_json: ClassVar[Mapping[str, Any] | None] = None
+    pod_json: ClassVar[Mapping[str, Any] | None] = None
+    malformed: ClassVar[tuple[Mapping[str, Any], str] | None] = None
 
     # ------------------------------------------------------------------------------ vendor fixtures
     @pytest.fixture
     def plugin_module(self) -> object:
-        """The vendor's plugin module (``hami_<vendor>.plugin``). Override."""
-        raise NotImplementedError("override the plugin_module fixture: return your plugin module")
+        """The vendor's plugin module (``hami_<vendor>.plugin``): :attr:`plugin`, or override."""
+        if self.plugin is None:
+            raise NotImplementedError("override the plugin_module fixture: return your plugin module")
+        return self.plugin
 
     @pytest.fixture
     def device_config(self) -> Mapping[str, Any]:
-        """The device-config mapping that enables the vendor's backend(s). Override."""
-        raise NotImplementedError("override the device_config fixture: return e.g. {'acme': {}}")
+        """The device-config mapping that enables the vendor's backend(s): :attr:`config`, or override."""
+        if self.config is None:
+            raise NotImplementedError("override the device_config fixture: return e.g. {'acme': {}}")
+        return copy.deepcopy(dict(self.config))
 
     @pytest.fixture
     def device_node(self) -> Mapping[str, Any]:
-        """A Node JSON with at least two healthy devices of the vendor. Override."""
-        raise NotImplementedError("override the device_node fixture: a Node with >= 2 healthy devices")
+        """A Node JSON with at least two healthy devices of the vendor: :attr:`node_json`, or override."""
+        if self.node_json is None:
+            raise NotImplementedError("override the device_node fixture: a Node with >= 2 healthy devices")
+        return copy.deepcopy(dict(self.node_json))
 
     @pytest.fixture
     def fitting_pod(self) -> Mapping[str, Any]:
-        """A Pod JSON whose request fits ``device_node``. Override."""
-        raise NotImplementedError("override the fitting_pod fixture: a Pod that fits device_node")
+        """A Pod JSON whose request fits ``device_node``: :attr:`pod_json`, or override."""
+        if self.pod_json is None:
+            raise NotImplementedError("override the fitting_pod fixture: a Pod that fits device_node")
+        return copy.deepcopy(dict(self.pod_json))
 
     @pytest.fixture
     def malformed_node(self, device_node: Mapping[str, Any], plugin_module: object,
                        device_config: Mapping[str, Any]) -> tuple[Mapping[str, Any], str] | None:
         """``(node, key)``: ``device_node`` with the registration under ``key`` broken.
 
-        The default corrupts the first ``register_annotation`` of the vendor's backends found on the node;
-        ``None`` (capacity-based vendors) skips the malformed-registration check unless overridden.
+        :attr:`malformed` when set; else the default corrupts the first ``register_annotation`` of the vendor's
+        backends found on the node; ``None`` (capacity-based vendors) skips the malformed-registration check
+        unless overridden.
         """
+        if self.malformed is not None:
+            bad, key = self.malformed
+            return copy.deepcopy(dict(bad)), key
         kit = ConformanceKit(plugin_module, device_config, device_node, {})
         annos = (device_node.get("metadata") or {}).get("annotations") or {}
         for backend in kit.backends(kit.engine()):

@@ -10,6 +10,7 @@ import pytest
 
 from hami_core.plugins.manager import HamiPluginManager, get_plugin_manager
 from hami_core.testing import factories
+from hami_core.testing.builders import T0, Clock
 from hami_core.testing.recorder import HookRecorder
 
 
@@ -87,6 +88,13 @@ def make_pod() -> Callable[..., dict[str, Any]]:
 
     factory.container = factories.container  # type: ignore[attr-defined]
     return factory
+
+
+@pytest.fixture
+def clock() -> Clock:
+    """A fake engine clock at :data:`~hami_core.testing.builders.T0`: ``make_engine(clock=clock)``, then
+    ``clock.now += seconds`` to let time pass. A conftest or module fixture of the same name takes precedence."""
+    return Clock(T0)
 
 
 @pytest.fixture

@@ -467,7 +467,7 @@ def test_leader_lease_access() -> None:
              if isinstance(n, ast.Attribute) and re.match(r"(read|create|patch)_namespaced_lease$", n.attr)}
     assert calls == {"read_namespaced_lease", "create_namespaced_lease", "patch_namespaced_lease"}
     # hami runs the elector with campaign=False (follows kube-scheduler's Lease): it only reads.
-    assert "campaign=False" in (ROOT / "hami_core" / "cli.py").read_text(encoding="utf-8")
+    assert "campaign=False" in (ROOT / "hami_core" / "scheduler" / "cli.py").read_text(encoding="utf-8")
     role = _get("Role", "hami-scheduler-lease")
     named = [r for r in role["rules"] if r.get("resourceNames") == ["hami-scheduler"]]
     assert named and "get" in named[0]["verbs"]

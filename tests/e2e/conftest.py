@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import sys
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -20,9 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 from realkube import audit, procs
 from realkube.controlplane import ControlPlane, binaries, kubectl
 from realkube.stack import Stack

@@ -15,7 +15,7 @@ from realkube.objects import allocated, create_node, gpu_devices, gpu_pod
 from realkube.procs import wait_until
 from realkube.stack import Stack
 
-from hami_core.node.fake_kubelet import FakeKubelet
+from hami_core.testing.fake_kubelet import FakeKubelet
 from hami_core.wire import keys
 
 pytestmark = pytest.mark.e2e

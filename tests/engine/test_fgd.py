@@ -14,15 +14,17 @@ from core_helpers import acme, acme_device, make_node, make_pod, scheduled
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hami_core.default_plugins import fgd as fgd_plugin
-from hami_core.default_plugins.fgd import device_select, quantised_score
-from hami_core.default_plugins.fgd_growth import FgdState, node_growth
 from hami_core.engine.facade import Engine
-from hami_core.engine.fragmentation import DeviceArrays, Mix, fgd_device_order, fragmentation, placement_delta
 from hami_core.engine.pods import host_requests
-from hami_core.engine.workload import Shape, Workload, WorkloadModel, pod_shapes
+from hami_core.engine.workload import Shape, pod_shapes
 from hami_core.plugins.errors import ConfigError
 from hami_core.plugins.types import MEM_PERCENTAGE_UNSET, DeviceInfo, DeviceUsage, GpuPolicy, NodeBatch
+from hami_core.policies.fgd import plugin as fgd_plugin
+from hami_core.policies.fgd.fragmentation import DeviceArrays, Mix, fgd_device_order, fragmentation, placement_delta
+from hami_core.policies.fgd.growth import FgdState, node_growth
+from hami_core.policies.fgd.mix import Workload, WorkloadModel
+from hami_core.policies.fgd.plugin import engine_state
+from hami_core.policies.fgd.score import device_select, quantised_score
 
 HALF = Shape("ACME", 1, 50, 500)  # half a card
 WHOLE = Shape("ACME", 1, 100, 1000)
@@ -128,11 +130,11 @@ def test_fixed_mix_from_config(make_engine: Any) -> None:
     engine = make_engine({"acme": {}, "scheduler": {"fgd": {"workload": [
         {"backend": "ACME", "cores": 50, "memory": 500, "weight": 3, "cpuMilli": 2000},
         {"backend": "ACME", "cores": 100, "memory": 1000, "weight": 1}]}}})
-    snap = engine.workload.snapshot()
-    assert not engine.workload.learning
+    snap = engine_state(engine).model.snapshot()
+    assert not engine_state(engine).model.learning
     assert [(c[0], c[1], c[2]) for c in snap.classes] == [(HALF, 0.75, 2000.0), (WHOLE, 0.25, 0.0)]
     engine.schedule(make_pod("p", acme(1, 100)))
-    assert engine.workload.snapshot() is snap  # a fixed mix does not learn
+    assert engine_state(engine).model.snapshot() is snap  # a fixed mix does not learn
 
 
 @pytest.mark.parametrize(("fgd", "field"), [
@@ -263,7 +265,7 @@ def test_cached_growth_equals_fresh_computation(make_engine: Any, seed: int, gpu
         decision = engine.schedule(pod, limit=1)
         state = engine.plugin_cache.get("fgd")
         if isinstance(state, FgdState) and decision.node is not None:
-            workload: Workload = engine.workload.snapshot()
+            workload: Workload = engine_state(engine).model.snapshot()
             names = sorted(engine.nodes)
             nodes = [engine.nodes[n] for n in names]
             shapes = pod_shapes(pod, engine.requests(pod), engine.backends)
@@ -297,7 +299,7 @@ def test_one_column_growth_equals_full_growth(seed: int, select: str) -> None:
     mix = Mix(classes, types)
     request = Shape("ACME", 1, rng.choice([20, 50, 100]), 0, rng.choice([20, 50, 100]))
     fast = placement_delta(dev_arr, request, mix, select=select, host_need=(1000, 0))
-    from hami_core.engine.fragmentation import _selection_key, device_growth  # the reference: every device
+    from hami_core.policies.fgd.fragmentation import _selection_key, device_growth  # the reference: every device
     full, inc = device_growth(dev_arr, request, mix, dev_arr.host - np.array([1000.0, 0.0]))
     pick = np.argmax(_selection_key(dev_arr, inc, None, select, (1, 1, 1)), axis=1)
     rows = np.arange(len(nodes))
@@ -306,7 +308,7 @@ def test_one_column_growth_equals_full_growth(seed: int, select: str) -> None:
 
 
 def test_row_store_rebuilds_changed_and_wider_rows() -> None:
-    from hami_core.engine.rowstore import RowStore
+    from hami_core.policies.fgd.rowstore import RowStore
 
     class Node:
         def __init__(self, devices: list[DeviceUsage]) -> None:

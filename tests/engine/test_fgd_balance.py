@@ -9,11 +9,13 @@ import numpy as np
 import pytest
 from core_helpers import COUNT, acme, acme_device, make_node, make_pod
 
-from hami_core.default_plugins import fgd as fgd_plugin
-from hami_core.default_plugins.fgd import balance_scores
-from hami_core.engine.config import FgdConfig
-from hami_core.engine.workload import DEVICELESS, Shape, Workload, WorkloadModel, pod_shapes, shape_share
+from hami_core.engine.workload import DEVICELESS, Shape, pod_shapes, shape_share
 from hami_core.plugins.types import MEM_PERCENTAGE_UNSET, GpuPolicy, NodeBatch
+from hami_core.policies.fgd import plugin as fgd_plugin
+from hami_core.policies.fgd.config import FgdConfig
+from hami_core.policies.fgd.mix import Workload, WorkloadModel
+from hami_core.policies.fgd.plugin import engine_state
+from hami_core.policies.fgd.score import balance_scores
 
 HALF = {"backend": "ACME", "cores": 50, "memory": 500, "weight": 0.5, "cpuMilli": 2000}
 CPU_ONLY = {"nums": 0, "weight": 0.5, "cpuMilli": 8000}
@@ -103,7 +105,7 @@ def test_a_hand_built_batch_scores_as_the_engine_does(make_engine: Any) -> None:
     nodes = [engine.nodes[n] for n in ("lean", "rich")]
     shapes = pod_shapes(pod, engine.requests(pod), engine.backends)
     batch = NodeBatch(nodes, engine.table.totals[engine.table.rows(nodes)], shapes=shapes,
-                      workload=engine.workload.snapshot())
+                      workload=engine_state(engine).model.snapshot())
     scores = fgd_plugin.hami_prescore_nodes(pod=pod, batch=batch, policy=GpuPolicy(node="fgd", gpu="binpack"))
     assert scores.tolist() == pytest.approx([decision.scores["lean"], decision.scores["rich"]])
 
@@ -119,7 +121,8 @@ def test_a_pod_without_devices_is_balanced_too(make_engine: Any) -> None:
     pod = make_pod("cpu-only")
     pod["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "8", "memory": "1Gi"}}
     nodes = [engine.nodes[n] for n in ("lean", "rich")]
-    batch = NodeBatch(nodes, engine.table.totals[engine.table.rows(nodes)], workload=engine.workload.snapshot())
+    batch = NodeBatch(nodes, engine.table.totals[engine.table.rows(nodes)],
+                      workload=engine_state(engine).model.snapshot())
     scores = fgd_plugin.hami_prescore_nodes(pod=pod, batch=batch, policy=GpuPolicy(node="fgd", gpu="binpack"))
     assert scores[0] // 100 == scores[1] // 100
     assert (scores % 100).tolist() == [0.0, 50.0]
@@ -133,7 +136,7 @@ def test_the_row_store_keeps_each_rows_free_share(make_engine: Any) -> None:
     _lean_and_rich(engine)
 
     def check() -> Any:
-        store = engine.plugin_cache[fgd_plugin.FGD].stores["ACME"]
+        store = engine.plugin_cache[fgd_plugin.NAME].stores["ACME"]
         rows = np.asarray(engine.table.rows([engine.nodes[n] for n in sorted(engine.nodes)]))
         assert store.free[rows].tolist() == store.view(rows).free_share().sum(axis=1).tolist()
         return store

@@ -1,6 +1,6 @@
 """The fgd kernel's shortcut over *bases* (classes that book the same on one device) gives the definition's figures.
 
-:class:`~hami_core.engine.fragmentation.Mix` computes what a class can use once per base and narrows it by
+:class:`~hami_core.policies.fgd.fragmentation.Mix` computes what a class can use once per base and narrows it by
 the class's type mask per row; the growth on rows whose devices share one type is summed per base and
 device count (``_growth_by_base``). Rows mixing types go class by class (``_growth_by_class``, the
 definition). These tests compare the two on random clusters, and pin that a whole replay with type-constrained
@@ -17,12 +17,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hami_core.engine import fragmentation as frag
 from hami_core.engine.config import load_config
-from hami_core.engine.fragmentation import DeviceArrays, Mix, MixState, device_growth, placement_delta
 from hami_core.engine.workload import Shape
 from hami_core.plugins.manager import get_plugin_manager
 from hami_core.plugins.types import DeviceInfo, DeviceUsage
+from hami_core.policies.fgd import fragmentation as frag
+from hami_core.policies.fgd.fragmentation import DeviceArrays, Mix, MixState, device_growth, placement_delta
 from hami_core.sim import openb
 from hami_core.sim.experiment import Experiment, Policy
 from hami_core.sim.workload import from_task

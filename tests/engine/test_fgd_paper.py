@@ -9,11 +9,13 @@ import numpy as np
 import pytest
 from core_helpers import acme, acme_device, make_node, make_pod, scheduled
 
-from hami_core.default_plugins.fgd_growth import node_growth
-from hami_core.engine.config import FgdConfig
-from hami_core.engine.fragmentation import DeviceArrays, Mix, fragmentation, placement_delta
-from hami_core.engine.workload import DEVICELESS, TIE_BREAKS, Shape, Workload, WorkloadModel, pod_shapes
+from hami_core.engine.workload import DEVICELESS, Shape, pod_shapes
 from hami_core.plugins.types import DeviceInfo, DeviceUsage
+from hami_core.policies.fgd.config import FgdConfig
+from hami_core.policies.fgd.fragmentation import DeviceArrays, Mix, fragmentation, placement_delta
+from hami_core.policies.fgd.growth import node_growth
+from hami_core.policies.fgd.mix import TIE_BREAKS, Workload, WorkloadModel
+from hami_core.policies.fgd.plugin import engine_state
 
 HALF = Shape("ACME", 1, 50, 500)  # half a card
 CPU_ONLY = {"nums": 0, "weight": 0.2, "cpuMilli": 4000}
@@ -59,7 +61,7 @@ def test_fixed_weights_are_shares_of_all_pods(make_engine: Any) -> None:
     fragments); larger sums are relative and normalised."""
     engine = make_engine({"acme": {}, "scheduler": {"fgd": {"workload": [
         {"backend": "ACME", "cores": 50, "memory": 500, "weight": 0.5}, CPU_ONLY]}}})
-    classes = engine.workload.snapshot().classes
+    classes = engine_state(engine).model.snapshot().classes
     assert [(c[0], c[1], c[2]) for c in classes] == [(HALF, 0.5, 0.0), (DEVICELESS, 0.2, 4000.0)]
     assert WorkloadModel(fixed=[(HALF, 2.0, 0, 0), (DEVICELESS, 2.0, 0, 0)]).snapshot().classes[0][1] == 0.5
     with pytest.raises(ValueError, match="ties must be one of packing, order, balance, auto, got 'first'"):
@@ -80,8 +82,8 @@ def test_growth_with_a_deviceless_class_cached_and_fresh(make_engine: Any) -> No
     decision = engine.schedule(pod)
     nodes = [engine.nodes[n] for n in decision.nodes]
     shapes = pod_shapes(pod, engine.requests(pod), engine.backends)
-    fresh = node_growth(nodes, shapes, engine.workload.snapshot(), "binpack")
-    without = node_growth(nodes, shapes, Workload(1, engine.workload.snapshot().classes[:1]), "binpack")
+    fresh = node_growth(nodes, shapes, engine_state(engine).model.snapshot(), "binpack")
+    without = node_growth(nodes, shapes, Workload(1, engine_state(engine).model.snapshot().classes[:1]), "binpack")
     assert np.allclose(fresh, without - 0.2 * 300)
     assert decision.node == "B"  # fills B's 350-free card
 

@@ -18,12 +18,13 @@ from core_helpers import acme, acme_device, make_node, make_pod, scheduled
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hami_core.default_plugins.fgd import quantised_score
-from hami_core.default_plugins.fgd_growth import FgdState, _ClassCache, node_growth
-from hami_core.engine.fragmentation import DeviceArrays, Mix, MixState, class_deltas, placement_delta
-from hami_core.engine.rowstore import RowStore
-from hami_core.engine.workload import Shape, Workload
+from hami_core.engine.workload import Shape
 from hami_core.plugins.types import DeviceInfo, DeviceUsage, NodeBatch
+from hami_core.policies.fgd.fragmentation import DeviceArrays, Mix, MixState, class_deltas, placement_delta
+from hami_core.policies.fgd.growth import FgdState, _ClassCache, node_growth
+from hami_core.policies.fgd.mix import Workload
+from hami_core.policies.fgd.rowstore import RowStore
+from hami_core.policies.fgd.score import quantised_score
 
 TYPES = ("ACME-X1", "ACME-Y2")
 
@@ -159,7 +160,7 @@ def test_only_new_classes_are_computed_and_weights_only_versions_keep_row_state(
         return real_deltas(dev, request, mix, **kw)
 
     monkeypatch.setattr(MixState, "of", staticmethod(counting_of))
-    monkeypatch.setattr("hami_core.default_plugins.fgd_growth.class_deltas", counting_deltas)
+    monkeypatch.setattr("hami_core.policies.fgd.growth.class_deltas", counting_deltas)
     moved = Workload(2, ((a[0], 0.2, 0.0, 0.0), (b[0], 0.8, 0.0, 0.0)))
     reweighted = growth(moved)
     assert calls == [] and deltas_calls == []  # nothing recomputed: re-weighted

@@ -12,9 +12,11 @@ from typing import Any
 
 from core_helpers import acme, acme_device, make_node, make_pod, scheduled
 
-from hami_core.default_plugins.fgd import quantised_score
-from hami_core.default_plugins.fgd_growth import node_growth
-from hami_core.engine.workload import DEFAULT_SCORE_STEPS, TYPED_SCORE_STEPS, Shape, Workload
+from hami_core.engine.workload import Shape
+from hami_core.policies.fgd.growth import node_growth
+from hami_core.policies.fgd.mix import DEFAULT_SCORE_STEPS, TYPED_SCORE_STEPS, Workload
+from hami_core.policies.fgd.plugin import engine_state
+from hami_core.policies.fgd.score import quantised_score
 
 HALF = {"backend": "ACME", "cores": 50, "memory": 500}
 
@@ -40,7 +42,7 @@ def test_typed_mix_keeps_the_needed_device_type_free(make_engine: Any) -> None:
     # there were fragments of it: growth -50. On t4 nothing changes for either half: growth 0.
     typed_mix = [{**HALF, "types": ["T4"], "weight": 1}, {**HALF, "weight": 1}]
     typed = _engine(make_engine, typed_mix)
-    workload: Workload = typed.workload.snapshot()
+    workload: Workload = engine_state(typed).model.snapshot()
     shapes = (Shape("ACME", 1, 10, 100),)
     growth = node_growth([typed.nodes["t4"], typed.nodes["g2"]], shapes, workload, "binpack")
     assert growth.tolist() == [0.0, -50.0]
@@ -51,7 +53,7 @@ def test_typed_mix_keeps_the_needed_device_type_free(make_engine: Any) -> None:
     assert typed.schedule(pod, limit=1).node == "g2"  # t4's card stays free for the T4-only half
     # an operator who sets scoreSteps gets exactly that: 25 steps tie the two, and packing picks t4
     coarse = _engine(make_engine, typed_mix, steps=DEFAULT_SCORE_STEPS)
-    assert coarse.workload.snapshot().steps == DEFAULT_SCORE_STEPS
+    assert engine_state(coarse).model.snapshot().steps == DEFAULT_SCORE_STEPS
     assert coarse.schedule(pod, limit=1).node == "t4"
 
 

@@ -3,14 +3,9 @@ bind's fresh read repeat the same objects), and applies it again whenever the le
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "scheduler"))
-
 from sched_helpers import gpu_pod, make_engine, nvidia_node
 
 from hami_core.engine.facade import Engine
@@ -39,13 +34,13 @@ def _used(engine: Engine) -> list[int]:
 
 def _count_decodes(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     calls = [0]
-    decode = engine._decode_pod
+    decode = engine.state.decode_pod
 
     def counted(pod: Any) -> Any:
         calls[0] += 1
         return decode(pod)
 
-    monkeypatch.setattr(engine, "_decode_pod", counted)
+    monkeypatch.setattr(engine.state, "decode_pod", counted)
     return calls
 
 

@@ -4,16 +4,11 @@ check inside the NVIDIA and Cambricon fits, and the admission pre-check. Real pl
 from __future__ import annotations
 
 import logging
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "scheduler"))
-
 from sched_helpers import gpu_pod, make_engine, nvidia_node
 
 import hami_cambricon.plugin

@@ -6,21 +6,17 @@ disappears with the pod."""
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 from fuzz_helpers import all_vendor_engine
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from sched_helpers import nvidia_node
 
 from hami_core.engine.facade import Engine
 from hami_core.testing.factories import container, node, pod
 from hami_core.wire import keys
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "scheduler"))
-from sched_helpers import nvidia_node
 
 _SETTINGS = settings(max_examples=40, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 ENGINE = all_vendor_engine()

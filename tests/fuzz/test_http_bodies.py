@@ -7,21 +7,17 @@ from __future__ import annotations
 
 import http.client
 import json
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from fuzz_helpers import all_vendor_engine, json_values, pods
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sched_helpers import gpu_pod, nvidia_node
 
 from hami_core.cluster.memory import MemoryCluster
 from hami_core.scheduler.app import Options, Scheduler
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "scheduler"))
-from sched_helpers import gpu_pod, nvidia_node
 
 pytestmark = pytest.mark.filterwarnings("ignore:Generating overly large repr")
 _SETTINGS = settings(max_examples=40, deadline=None, database=None,

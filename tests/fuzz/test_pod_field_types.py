@@ -16,21 +16,17 @@ import http.client
 import itertools
 import json
 import math
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from fuzz_helpers import all_vendor_engine, annotation_keys
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sched_helpers import nvidia_node
 
 from hami_core.cluster.memory import MemoryCluster
 from hami_core.scheduler.app import HTTP_SERVERS, Options, Scheduler
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "scheduler"))
-from sched_helpers import nvidia_node
 
 pytestmark = pytest.mark.filterwarnings("ignore:Generating overly large repr")
 _SETTINGS = settings(max_examples=80, deadline=None, database=None,

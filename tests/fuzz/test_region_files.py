@@ -14,12 +14,10 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from monitor_helpers import Proc, region_bytes
 
 from hami_core.monitor.region import LAYOUT_V0, LAYOUT_V1, MAX_DEVICES, MAX_PROCS, RegionError, RegionFile
 from hami_core.monitor.store import ContainerStore
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "monitor"))
-from monitor_helpers import Proc, region_bytes
 
 _SETTINGS = settings(max_examples=30, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -5,17 +5,12 @@ a quota that arrived through the watch."""
 from __future__ import annotations
 
 import json
-import sys
 import time
 import urllib.request
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from kubeapi.fake_apiserver import FakeApiServer
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "scheduler"))
-
 from sched_helpers import gpu_pod, make_engine, nvidia_node
 
 from hami_core.cluster.kube import KubeCluster

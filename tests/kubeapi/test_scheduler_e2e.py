@@ -8,13 +8,9 @@ scheduler rebuilding the same usage from the annotations.
 from __future__ import annotations
 
 import json
-import sys
 import time
 import urllib.request
-from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "scheduler"))
 
 from sched_helpers import gpu_pod, make_engine, nvidia_node
 

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 
 from hami_core.monitor import Monitor, MonitorOptions
 from hami_core.monitor.nvml import NvmlSource

@@ -14,10 +14,10 @@ import pytest
 
 from hami_core.cluster.memory import MemoryCluster
 from hami_core.node.allocate import Allocator
-from hami_core.node.fake_kubelet import PluginClient
 from hami_core.node.server import MAX_ADVERTISED_IDS, DevicePluginServer
 from hami_core.plugins.errors import HamiError
 from hami_core.plugins.types import DeviceBackend, DeviceInfo, ResourceNames
+from hami_core.testing.fake_kubelet import PluginClient
 from hami_core.wire import keys
 
 RESOURCE = "acme.com/gpu"

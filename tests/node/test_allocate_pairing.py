@@ -30,11 +30,11 @@ from hypothesis import strategies as st
 from hami_core.cluster.base import ConflictError
 from hami_core.cluster.memory import MemoryCluster
 from hami_core.node.allocate import Allocator
-from hami_core.node.fake_kubelet import PluginClient
 from hami_core.node.server import DevicePluginServer, replica_ids
 from hami_core.plugins.errors import HamiError
 from hami_core.plugins.types import ContainerAllocation, DeviceBackend, DeviceInfo, LockSpec, ResourceNames
 from hami_core.scheduler.nodelock import LockContention, NodeLocker
+from hami_core.testing.fake_kubelet import PluginClient
 from hami_core.wire import keys
 from hami_core.wire.lock import decode_node_lock, encode_node_lock
 

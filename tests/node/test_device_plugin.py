@@ -12,9 +12,9 @@ from hami_core import hookimpl
 from hami_core.cluster.memory import MemoryCluster
 from hami_core.node.allocate import physical_device_id
 from hami_core.node.app import DevicePluginApp
-from hami_core.node.fake_kubelet import FakeKubelet, running_kubelet
 from hami_core.plugins.manager import get_plugin_manager
 from hami_core.plugins.types import ContainerAllocation, DeviceBackend, DeviceInfo, Mount, ResourceNames
+from hami_core.testing.fake_kubelet import FakeKubelet, running_kubelet
 from hami_core.wire import keys
 from hami_core.wire.nodes import decode_node_devices_json
 

@@ -26,11 +26,11 @@ from hami_core import hookimpl
 from hami_core.cluster.base import ConflictError
 from hami_core.cluster.kube import KubeCluster
 from hami_core.node.app import DevicePluginApp
-from hami_core.node.fake_kubelet import FakeKubelet, running_kubelet
 from hami_core.plugins.errors import HamiError
 from hami_core.plugins.manager import get_plugin_manager
 from hami_core.plugins.types import ContainerAllocation, DeviceBackend, DeviceInfo, LockSpec, ResourceNames
 from hami_core.scheduler.nodelock import NodeLocker
+from hami_core.testing.fake_kubelet import FakeKubelet, running_kubelet
 from hami_core.wire import keys
 
 NODE = "node1"

@@ -28,9 +28,9 @@ from hami_core import hookimpl
 from hami_core.cluster.memory import MemoryCluster
 from hami_core.node.app import DevicePluginApp
 from hami_core.node.deviceplugin.v1beta1 import api_pb2 as pb
-from hami_core.node.fake_kubelet import FakeKubelet, PluginClient, running_kubelet
 from hami_core.plugins.manager import get_plugin_manager
 from hami_core.plugins.types import ContainerAllocation, DeviceBackend, DeviceInfo, ResourceNames
+from hami_core.testing.fake_kubelet import FakeKubelet, PluginClient, running_kubelet
 from hami_core.wire import keys
 from hami_core.wire.nodes import decode_node_devices_json
 

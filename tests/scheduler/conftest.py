@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-
 from sched_helpers import make_engine, nvidia_node
 
 from hami_core.cluster.memory import MemoryCluster

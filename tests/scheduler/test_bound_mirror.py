@@ -1,4 +1,4 @@
-"""Bind's over-commit check keeps one mirror ledger per node between binds (hami_core/scheduler/bound.py). Synced
+"""Bind's over-commit check keeps one mirror ledger per node between binds (hami_core/engine/bindcheck.py). Synced
 with whatever set of pods the API server lists as bound there, in any order of changes, it must book exactly what
 a ledger built from nothing books for that set: that is what the check compared against before the cache."""
 
@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from sched_helpers import gpu_pod, make_engine, nvidia_node
 
 from hami_core.engine.facade import Engine
+from hami_core.engine.state import ClusterState
 from hami_core.scheduler.bound import BoundLedgers
 
 NODE = nvidia_node("node-a", gpus=2)
@@ -36,7 +37,7 @@ def _pool() -> list[dict[str, Any]]:
 POOL = _pool()
 
 
-def _usage(engine: Engine) -> dict[str, tuple[int, int, int]]:
+def _usage(engine: Engine | ClusterState) -> dict[str, tuple[int, int, int]]:
     state = engine.nodes["node-a"]
     return {d.id: (d.used, d.usedmem, d.usedcores) for d in state.by_uuid.values()}
 
@@ -64,7 +65,7 @@ def test_a_kept_mirror_books_what_a_fresh_ledger_books(reads: list[list[tuple[in
         with ledgers.bound("node-a", NODE, bound) as mirror:
             assert _usage(mirror) == _usage(fresh)
             extra = gpu_pod("checked", mem=500)  # what bind books to check, then takes out again
-            decision = mirror.schedule(extra)
+            decision = fresh.schedule(extra)  # a mirror is a state without a planner: the engine of the same pods
             if decision.node is not None:
                 extra["metadata"]["annotations"] = dict(decision.annotations)
                 mirror.upsert_pod(extra)

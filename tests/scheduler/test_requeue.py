@@ -99,3 +99,39 @@ def test_refused_pods_are_bounded() -> None:
         nudger.refused(f"ns/p{i}")
     assert len(nudger._refused) == MAX_REFUSED
     assert "ns/p0" not in nudger._refused and f"ns/p{MAX_REFUSED + 9}" in nudger._refused
+
+
+def test_the_extender_nudges_after_a_release_it_learns_late() -> None:
+    """The e2e race: kube-scheduler retried the waiting pod before hami saw the holder go; hami refused it; the
+    holder's deletion then reaches hami, and the nudge makes kube-scheduler ask again."""
+    from sched_helpers import gpu_pod, make_engine, nvidia_node
+
+    from hami_core.scheduler.extender import Extender
+
+    cluster = MemoryCluster(nodes=[nvidia_node("n1", gpus=1)])
+    engine = make_engine()
+    engine.upsert_node(cluster.get_node("n1"))
+    ext = Extender(engine, cluster)
+    assert ext.nudger is not None
+    holder = cluster.add_pod(gpu_pod("holder", mem=24576))
+    assert ext.filter({"Pod": holder, "NodeNames": ["n1"]})["NodeNames"] == ["n1"]
+    waiting = cluster.add_pod(gpu_pod("waiting", mem=24576))
+    refused = ext.filter({"Pod": waiting, "NodeNames": ["n1"]})
+    assert not refused["NodeNames"] and "n1" in refused["FailedNodes"]
+
+    holder = cluster.get_pod("default", "holder")  # as filter annotated it (hami.io/vgpu-node)
+    ext.on_pod_event("DELETED", holder)  # what hami's Pod watch delivers once the holder's object is gone
+    assert ext.nudger.flush() is True
+    assert _stamp(cluster, "n1") is not None
+
+    ext.on_pod_event("DELETED", waiting)
+    ext.on_pod_event("DELETED", holder)
+    assert ext.nudger.flush() is False  # nobody refused is waiting any more
+
+
+def test_nudges_can_be_turned_off() -> None:
+    from sched_helpers import make_engine
+
+    from hami_core.scheduler.extender import Extender
+
+    assert Extender(make_engine(), _cluster(), requeue_nudge_s=0).nudger is None

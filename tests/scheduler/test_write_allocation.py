@@ -173,9 +173,9 @@ def test_unknown_allocation_write_is_refused() -> None:
 def test_the_oldest_decisions_are_forgotten_past_the_cap(service: Scheduler, cluster: Counting,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """Decisions waiting for bind are capped; a pod whose decision was pushed out is refused and filtered again."""
-    import hami_core.scheduler.extender as extender
+    import hami_core.scheduler.writes as writes
 
-    monkeypatch.setattr(extender, "MAX_DECIDED", 2)
+    monkeypatch.setattr(writes, "MAX_DECIDED", 2)
     pods = [cluster.add_pod(gpu_pod(n, mem=1000)) for n in ("a", "b", "c")]
     nodes = [_filter(service, p)["NodeNames"][0] for p in pods]
     assert list(service.extender.decided or {}) == [("default", "b"), ("default", "c")]

@@ -5,16 +5,11 @@ MemoryCluster), plain or TLS with a freshly generated self-signed certificate (o
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "scheduler"))
-sys.path.insert(0, str(Path(__file__).parent))
-
 from pki import Pki, make_pki
 from sched_helpers import gpu_pod, make_engine, nvidia_node
 

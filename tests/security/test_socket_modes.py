@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from hami_core.node.allocate import Allocator
-from hami_core.node.fake_kubelet import FakeKubelet
 from hami_core.node.server import SOCKET_MODE, DevicePluginServer
 from hami_core.plugins.types import DeviceBackend, DeviceInfo, ResourceNames
+from hami_core.testing.fake_kubelet import FakeKubelet
 
 BACKEND = DeviceBackend(name="ACME", vendor="acme", resource_names=ResourceNames("acme.com/gpu"))
 

@@ -11,10 +11,11 @@ import pytest
 import yaml
 
 from hami_core.cli import main
-from hami_core.engine.config import FgdConfig, load_config
+from hami_core.engine.config import load_config
 from hami_core.engine.facade import Engine
 from hami_core.engine.workload import DEVICELESS, Shape
 from hami_core.plugins.manager import get_plugin_manager
+from hami_core.policies.fgd.config import FgdConfig
 from hami_core.sim.experiment import sim_pods
 from hami_core.sim.loader import bundled, load_file
 from hami_core.sim.mix import trace_mix

@@ -1,22 +1,22 @@
 """hami_core.testing.builders: each builder makes what a plugin's tests expect, and the engine reads it so.
 
 The fit and engine checks run the example third-party plugin (examples/hami-example-vendor, ``hami_acme``),
-put on ``sys.path`` as ``test_third_party_example`` does, so a plain checkout runs them too.
+on ``sys.path`` through pytest's ``pythonpath`` (pyproject.toml), so a plain checkout runs them too.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-import sys
 from collections.abc import Sequence
 from datetime import datetime
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+import hami_acme.plugin
+from hami_acme import backend as acme
 from hami_core.plugins.errors import PluginError
 from hami_core.plugins.types import (
     MEM_PERCENTAGE_UNSET,
@@ -54,13 +54,6 @@ from hami_core.testing import (
 from hami_core.testing.conformance import NOW
 from hami_core.wire import keys
 from hami_core.wire.handshake import parse_handshake
-
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "hami-example-vendor"
-if str(EXAMPLE) not in sys.path:
-    sys.path.insert(0, str(EXAMPLE))
-
-import hami_acme.plugin  # noqa: E402 - after the sys.path line above
-from hami_acme import backend as acme  # noqa: E402
 
 ALLOCATED = "hami.io/acme-devices-allocated"
 REGISTER = "hami.io/node-acme-register"

@@ -7,7 +7,6 @@ example breaks this test, and an edit to the page that breaks the example does t
 
 from __future__ import annotations
 
-import sys
 import types
 from collections.abc import Callable
 from pathlib import Path
@@ -15,9 +14,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLE = ROOT / "examples" / "hami-example-vendor"
-if str(EXAMPLE) not in sys.path:
-    sys.path.insert(0, str(EXAMPLE))
 
 TUTORIAL = ROOT / "docs" / "plugin-authoring.md"
 #: The line that introduces the example; its code block follows it.

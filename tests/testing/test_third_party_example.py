@@ -1,8 +1,8 @@
 """The example third-party plugin (examples/hami-example-vendor, hami-acme) under ``make test``.
 
-``make test`` collects only ``tests`` and ``plugins``; this module puts the example on ``sys.path``, imports its
-plugin module explicitly (no install, no subprocess) and re-exports its tests. It then breaks the example on
-purpose and checks that the conformance suite names the broken contract.
+``make test`` collects only ``tests`` and ``plugins``; the example is on ``sys.path`` (pytest's ``pythonpath`` in
+pyproject.toml), and this module imports its plugin module explicitly (no install, no subprocess) and re-exports its
+tests. It then breaks the example on purpose and checks that the conformance suite names the broken contract.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 import importlib.util
 import json
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
@@ -18,6 +17,8 @@ from typing import Any
 
 import pytest
 
+import hami_acme.plugin
+from hami_acme import backend as acme
 from hami_core import hookimpl
 from hami_core.plugins import parse_section
 from hami_core.plugins.fit import standard_fit
@@ -27,11 +28,6 @@ from hami_core.testing.conformance import ConformanceKit
 
 REGISTER = "hami.io/node-acme-register"
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "hami-example-vendor"
-if str(EXAMPLE) not in sys.path:
-    sys.path.insert(0, str(EXAMPLE))
-
-import hami_acme.plugin  # noqa: E402 - after the sys.path line above
-from hami_acme import backend as acme  # noqa: E402
 
 
 def _load(name: str) -> ModuleType:

@@ -2,16 +2,14 @@
 
 One backend is built per ``configs[]`` entry. A section that is present but empty (``vnpus:`` or
 ``vnpus: {}``), or one without ``configs``, means HAMi's Helm-chart defaults (:data:`CHART_CONFIGS`).
+Validate it with ``parse_section(SECTION, AscendConfig, value)`` (:func:`hami_core.plugins.parse_section`): a bad
+field raises :class:`~hami_core.plugins.ConfigError` naming ``vnpus.<field>``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-
-from hami_core.engine.config import pydantic_error
-from hami_core.plugins.errors import ConfigError
 from hami_core.wire.common import INT32_MAX  # memory (MiB), AI cores and CPUs are HAMi's int32 on the wire
 
 SECTION = "vnpus"
@@ -99,15 +97,6 @@ class AscendConfig(BaseModel):
         return CHART_CONFIGS if self.configs is None else self.configs
 
 
-class BackendConfig(BaseModel):
-    """What one Ascend backend carries as ``DeviceBackend.config``: its chip and the global soft-split flag."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    chip: ChipConfig
-    hami_vnpu_core: bool = False
-
-
 def _chart(chip: str, word: str, allocatable: int, capacity: int, ai_core: int, ai_cpu: int,
            templates: list[tuple[str, int, int, int]], *, super_pod: bool = False) -> ChipConfig:
     return ChipConfig.model_validate({
@@ -137,17 +126,3 @@ CHART_CONFIGS: tuple[ChipConfig, ...] = (
            [("vir05_1c_16g", 16384, 5, 1), ("vir10_3c_32g", 32768, 10, 3)], super_pod=True),
 )
 
-
-def parse_config(section: Any) -> AscendConfig:
-    """Validate the ``vnpus:`` section; a bad field raises :class:`ConfigError` naming ``vnpus.<field>``.
-
-    ``None`` (a YAML ``vnpus:`` with an empty body) and ``{}`` mean the chart defaults.
-    """
-    if section is None:
-        section = {}
-    if not isinstance(section, dict):
-        raise ConfigError(f"{SECTION}: must be a mapping, got {type(section).__name__}")
-    try:
-        return AscendConfig.model_validate(section)
-    except ValidationError as exc:
-        raise pydantic_error(SECTION, exc) from None

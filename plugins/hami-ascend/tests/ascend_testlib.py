@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from functools import partial
 from typing import Any
 
 import hami_ascend.plugin
 from hami_ascend import backend as npu
-from hami_ascend.config import CHART_CONFIGS, ChipConfig, parse_config
+from hami_ascend.config import CHART_CONFIGS, SECTION, AscendConfig, ChipConfig
 from hami_core import testing as kit
-from hami_core.engine.facade import Engine
-from hami_core.plugins.types import DeviceBackend, DeviceRequest, DeviceUsage, FitResult, GpuPolicy, ResourceNames
+from hami_core.plugins import DeviceRequest, DeviceUsage, FitResult, GpuPolicy, ResourceNames
 from hami_core.testing import T0 as T0
 from hami_core.testing import Clock as Clock
 from hami_core.testing import chosen as chosen
@@ -56,14 +54,10 @@ def to_allocate_key(word: str) -> str:
 
 
 # --------------------------------------------------------------------------------------------- engine
-plugin_manager = partial(kit.plugin_manager, hami_ascend.plugin)
-
-
-def make_engine(vnpus: Mapping[str, Any] | None = None, *, scheduler: Mapping[str, Any] | None = None,
-                clock: Any = None) -> Engine:
-    """An engine with only the built-in plugins and hami-ascend (chart defaults unless ``vnpus`` is given)."""
-    config = {"vnpus": dict(vnpus) if vnpus is not None else None}
-    return kit.engine_with(hami_ascend.plugin, config=config, scheduler=scheduler, clock=clock)
+ASCEND = kit.VendorKit(hami_ascend.plugin, SECTION, AscendConfig, empty=None)
+#: The plugin manager with hami-ascend; an engine on a ``vnpus:`` section (the chart's chips when ``None``) at a
+#: fake time; the section as the plugin validates it.
+plugin_manager, make_engine, parse_config = ASCEND.plugin_manager, ASCEND.engine, ASCEND.parse_config
 
 
 def chart_chip(word: str) -> ChipConfig:
@@ -77,7 +71,7 @@ def chip_section(word: str, **overrides: Any) -> dict[str, Any]:
     return entry
 
 
-def make_backend(word: str = "Ascend910A", *, hami_vnpu_core: bool = False, **overrides: Any) -> DeviceBackend:
+def make_backend(word: str = "Ascend910A", *, hami_vnpu_core: bool = False, **overrides: Any) -> npu.NpuBackend:
     """The backend of one chip (chart defaults with camelCase ``overrides``)."""
     cfg = parse_config({"hamiVnpuCore": hami_vnpu_core, "configs": [chip_section(word, **overrides)]})
     (backend,) = npu.backends(cfg)
@@ -85,8 +79,8 @@ def make_backend(word: str = "Ascend910A", *, hami_vnpu_core: bool = False, **ov
 
 
 # --------------------------------------------------------------------------------------------- pods
-#: A container whose quantities stay as given.
-container = partial(kit.container, as_strings=False)
+#: A container whose quantities stay as given; the kit's pod, named ``p`` with UID ``uid-<name>`` unless given.
+container, make_pod = ASCEND.container, ASCEND.pod
 
 
 def npu_container(word: str = "Ascend910A", count: int | str = 1, mem: int | str | None = None,
@@ -94,11 +88,6 @@ def npu_container(word: str = "Ascend910A", count: int | str = 1, mem: int | str
     """A container with Ascend limits for chip ``word`` (values as strings, as in Kubernetes JSON)."""
     names = ResourceNames(res(word), res(word, "memory"), cores=res(word, "core"))
     return kit.device_container(names, count, mem, cores, name=name)
-
-
-def make_pod(*containers: Mapping[str, Any], name: str = "p", uid: str | None = None, **kwargs: Any) -> dict[str, Any]:
-    """The kit's pod, named ``p`` with UID ``uid-<name>`` unless given."""
-    return kit.pod(*containers, name=name, uid=uid or f"uid-{name}", **kwargs)
 
 
 def running_pod(name: str, node: str, word: str, allocated: str, *, containers: int = 1,
@@ -161,12 +150,13 @@ def request(nums: int = 1, memreq: int = 0, coresreq: int = 0, *, word: str = "A
     return kit.request(word, nums, memreq, coresreq, (100 if memreq == 0 else 0) if pct is None else pct)
 
 
-def fit(devices: Sequence[DeviceUsage], req: DeviceRequest, *, backend: DeviceBackend | None = None,
+def fit(devices: Sequence[DeviceUsage], req: DeviceRequest, *, backend: npu.NpuBackend | None = None,
         pod_annotations: Mapping[str, str] | None = None, node_annotations: Mapping[str, str] | None = None,
         policy: GpuPolicy | None = None) -> FitResult:
-    """``hami_ascend.backend.filter_nodes`` on one node whose devices are given in HAMi's sorted order.
+    """The backend's ``hami_filter_nodes`` on one node whose devices are given in HAMi's sorted order.
 
     Fit walks the list from the last device to the first, like HAMi.
     """
-    return kit.fit_one(npu.filter_nodes, backend or make_backend(req.backend), devices, req,
-                       pod_annotations=pod_annotations, node_annotations=node_annotations, policy=policy)
+    b = backend or make_backend(req.backend)
+    return kit.fit_one(b.hami_filter_nodes, b, devices, req, pod_annotations=pod_annotations,
+                       node_annotations=node_annotations, policy=policy)

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
-from ascend_testlib import chip_section, make_engine, make_pod, npu_container
+from ascend_testlib import chip_section, make_engine, make_pod, npu_container, parse_config
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hami_ascend.config import CHART_CONFIGS, AscendConfig, parse_config
+import hami_ascend.plugin
+from hami_ascend.config import CHART_CONFIGS, SECTION, AscendConfig
 from hami_core.plugins.errors import ConfigError
 from hami_core.plugins.types import DeviceRequest
+from hami_core.testing import ConfigSectionChecks
 
 # chipName → (commonWord, allocatable, capacity, aiCore, aiCPU, superPod, [(template, MiB, aiCore, aiCPU)])
 CHART = {
@@ -30,9 +34,31 @@ CHART = {
 }
 
 
+def _chip(**keys: Any) -> dict[str, Any]:
+    """A ``configs[]`` entry with the two keys every entry needs, then ``keys``."""
+    return {"commonWord": "A", "resourceName": "x/y", **keys}
+
+
+class TestSection(ConfigSectionChecks):
+    plugin, section, model, not_a_mapping = hami_ascend.plugin, SECTION, AscendConfig, [{"commonWord": "Ascend910A"}]
+    bad_sections = [
+        {"hamiVnpuCore": "sometimes"}, {"hamiVnpuCores": True},
+        ({"configs": [{"commonWord": "Ascend910B3"}]}, "configs.0.resourceName"),
+        ({"configs": [{"resourceName": "huawei.com/Ascend910B3"}]}, "configs.0.commonWord"),
+        ({"configs": [_chip(commonWord="Ascend,910")]}, "configs.0.commonWord"),
+        ({"configs": [_chip(memoryAllocatable=-1)]}, "configs.0.memoryAllocatable"),
+        ({"configs": [_chip(memoryCapacity="lots")]}, "configs.0.memoryCapacity"),
+        ({"configs": [chip_section("Ascend910A", memoryCapacity=-1)]}, "configs.0.memoryCapacity"),
+        ({"configs": [_chip(superPod="yes please")]}, "configs.0.superPod"),
+        ({"configs": [_chip(templates=[{"name": "t", "memory": "16Gi"}])]}, "configs.0.templates.0.memory"),
+        ({"configs": [_chip(templates=[{"name": "t", "memory": 1, "aicore": 1}])]}, "configs.0.templates.0.aicore"),
+        ({"configs": [_chip(resourceNmae="x/z")]}, "configs.0.resourceNmae"),
+    ]
+
+
 def test_empty_section_means_the_chart_defaults() -> None:
     cfg = parse_config(None)
-    assert cfg == parse_config({}) == AscendConfig()
+    assert cfg == AscendConfig()
     assert cfg.hami_vnpu_core is False
     assert cfg.chips() == CHART_CONFIGS
     got = {c.chip_name: (c.common_word, c.memory_allocatable, c.memory_capacity, c.ai_core, c.ai_cpu, c.super_pod,
@@ -100,42 +126,6 @@ def test_custom_resource_names_flow_into_requests() -> None:
     assert list(engine.backends) == ["Ascend910B3"]
 
 
-@pytest.mark.parametrize(("section", "field"), [
-    ({"hamiVnpuCore": "sometimes"}, "vnpus.hamiVnpuCore"),
-    ({"hamiVnpuCores": True}, "vnpus.hamiVnpuCores"),
-    ({"configs": [{"commonWord": "Ascend910B3"}]}, "vnpus.configs.0.resourceName"),
-    ({"configs": [{"resourceName": "huawei.com/Ascend910B3"}]}, "vnpus.configs.0.commonWord"),
-    ({"configs": [{"commonWord": "Ascend,910", "resourceName": "x/y"}]}, "vnpus.configs.0.commonWord"),
-    ({"configs": [{"commonWord": "A", "resourceName": "x/y", "memoryAllocatable": -1}]},
-     "vnpus.configs.0.memoryAllocatable"),
-    ({"configs": [{"commonWord": "A", "resourceName": "x/y", "memoryCapacity": "lots"}]},
-     "vnpus.configs.0.memoryCapacity"),
-    ({"configs": [{"commonWord": "A", "resourceName": "x/y", "superPod": "yes please"}]},
-     "vnpus.configs.0.superPod"),
-    ({"configs": [{"commonWord": "A", "resourceName": "x/y", "templates": [{"name": "t", "memory": "16Gi"}]}]},
-     "vnpus.configs.0.templates.0.memory"),
-    ({"configs": [{"commonWord": "A", "resourceName": "x/y", "templates": [{"name": "t", "memory": 1,
-                                                                             "aicore": 1}]}]},
-     "vnpus.configs.0.templates.0.aicore"),
-    ({"configs": [{"commonWord": "A", "resourceName": "x/y", "resourceNmae": "x/z"}]},
-     "vnpus.configs.0.resourceNmae"),
-])
-def test_bad_values_name_the_field(section: dict, field: str) -> None:
-    with pytest.raises(ConfigError) as info:
-        parse_config(section)
-    assert f"{field}:" in str(info.value)
-
-
 def test_a_common_word_may_appear_once() -> None:
     with pytest.raises(ConfigError, match=r"vnpus: .*commonWord 'Ascend910B3' appears twice"):
         parse_config({"configs": [chip_section("Ascend910B3"), chip_section("Ascend910B3")]})
-
-
-def test_bad_value_fails_the_engine_with_the_field() -> None:
-    with pytest.raises(ConfigError, match=r"vnpus\.configs\.0\.memoryCapacity"):
-        make_engine({"configs": [chip_section("Ascend910A", memoryCapacity=-1)]})
-
-
-def test_section_must_be_a_mapping() -> None:
-    with pytest.raises(ConfigError, match="vnpus: must be a mapping, got list"):
-        parse_config([{"commonWord": "Ascend910A"}])

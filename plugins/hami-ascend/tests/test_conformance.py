@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import pytest
-
 import hami_ascend.plugin
 from hami_core.testing import DeviceBackendConformance, container, node, pod
 
@@ -17,21 +15,8 @@ def _npu(id: str, index: int) -> dict[str, Any]:
 
 
 class TestAscendConformance(DeviceBackendConformance):
-    @pytest.fixture
-    def plugin_module(self) -> Any:
-        return hami_ascend.plugin
-
-    @pytest.fixture
-    def device_config(self) -> dict[str, Any]:
-        return {"vnpus": None}  # the chart's chips
-
-    @pytest.fixture
-    def device_node(self) -> dict[str, Any]:
-        register = json.dumps([_npu("npu-0", 0), _npu("npu-1", 1)])
-        return node("npu-node", annotations={"hami.io/node-register-Ascend910A": register,
-                                             "hami.io/node-handshake-Ascend910A": "Reported_2025.06.15 12:00:00"})
-
-    @pytest.fixture
-    def fitting_pod(self) -> dict[str, Any]:
-        return pod(container(limits={"huawei.com/Ascend910A": 1, "huawei.com/Ascend910A-memory": 2048}),
-                   name="cann")
+    plugin, config = hami_ascend.plugin, {"vnpus": None}  # the chart's chips
+    node_json = node("npu-node", annotations={"hami.io/node-register-Ascend910A": json.dumps([_npu("npu-0", 0),
+                                                                                             _npu("npu-1", 1)]),
+                                              "hami.io/node-handshake-Ascend910A": "Reported_2025.06.15 12:00:00"})
+    pod_json = pod(container(limits={"huawei.com/Ascend910A": 1, "huawei.com/Ascend910A-memory": 2048}), name="cann")

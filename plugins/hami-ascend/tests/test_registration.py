@@ -7,7 +7,6 @@ import json
 import pytest
 from ascend_testlib import make_backend, make_engine, make_node, make_pod, npu_container, reg, register_key
 
-from hami_ascend import backend as npu
 from hami_core.plugins.errors import WireFormatError
 from hami_core.plugins.types import DeviceInfo
 
@@ -16,7 +15,7 @@ def test_device_plugin_registration_with_network_id() -> None:
     text = ('[{"id":"NPU-0","count":4,"devmem":32768,"devcore":20,"type":"Ascend910B4","health":true,'
             '"custominfo":{"NetworkID":0}},{"id":"NPU-1","index":1,"count":4,"devmem":32768,"devcore":20,'
             '"type":"Ascend910B4","health":true,"custominfo":{"NetworkID":1}}]')
-    devices = npu.node_devices(make_backend("Ascend910B4"), make_node("n", {"Ascend910B4": text}))
+    devices = make_backend("Ascend910B4").hami_node_devices(make_node("n", {"Ascend910B4": text}))
     assert devices == [
         DeviceInfo(id="NPU-0", count=4, devmem=32768, devcore=20, type="Ascend910B4", health=True,
                    custom_info={"NetworkID": 0}),
@@ -28,7 +27,7 @@ def test_device_plugin_registration_with_network_id() -> None:
 def test_capitalised_keys_parse_like_go() -> None:
     # device_test.go registers {"ID":..,"Count":..,"Devmem":..}: Go matches JSON keys case-insensitively.
     text = '[{"ID":"GPU-0","Count":4,"Devmem":8738,"Devcore":8,"Type":"Ascend910A","Numa":0,"Health":true}]'
-    devices = npu.node_devices(make_backend("Ascend910A"), make_node("n", {"Ascend910A": text}))
+    devices = make_backend("Ascend910A").hami_node_devices(make_node("n", {"Ascend910A": text}))
     assert devices == [DeviceInfo(id="GPU-0", count=4, devmem=8738, devcore=8, type="Ascend910A", health=True)]
 
 
@@ -48,7 +47,7 @@ def test_no_annotation_means_no_devices(clock) -> None:
     status = engine.upsert_node(make_node("n"))
     assert status.devices == {}
     assert status.errors == {}
-    assert npu.node_devices(make_backend(), make_node("n", {"Ascend910A": "  "})) == []
+    assert make_backend().hami_node_devices(make_node("n", {"Ascend910A": "  "})) == []
     assert engine.schedule(make_pod(npu_container())).failed == {"n": "node unregistered"}
 
 
@@ -56,7 +55,7 @@ def test_no_annotation_means_no_devices(clock) -> None:
                                   ":NPU-0,4,32768,30,Ascend910A,0,true:"])
 def test_malformed_registration_names_the_annotation(text: str) -> None:
     with pytest.raises(WireFormatError, match=r"^hami\.io/node-register-Ascend910A: "):
-        npu.node_devices(make_backend(), make_node("n", {"Ascend910A": text}))
+        make_backend().hami_node_devices(make_node("n", {"Ascend910A": text}))
 
 
 def test_engine_keeps_previous_devices_when_registration_breaks(clock) -> None:
@@ -100,7 +99,7 @@ def test_b4_requests_never_take_b4_1_chips(clock) -> None:
 
 def test_registration_round_trips_through_json() -> None:
     devices = [reg("npu-0", network=0), reg("npu-1", index=1, network=1)]
-    parsed = npu.node_devices(make_backend(), {"metadata": {"annotations": {
+    parsed = make_backend().hami_node_devices({"metadata": {"annotations": {
         register_key("Ascend910A"): json.dumps(devices)}}})
     assert [(d.id, d.index, d.custom_info) for d in parsed] == [("npu-0", 0, {"NetworkID": 0}),
                                                                  ("npu-1", 1, {"NetworkID": 1})]

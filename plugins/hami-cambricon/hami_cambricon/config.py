@@ -14,10 +14,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
-from hami_core.engine.config import pydantic_error
-from hami_core.plugins.errors import ConfigError
+from hami_core.plugins import ConfigError, parse_section
 
 SECTION = "cambricon"
 #: HAMi's common word: the backend name, request ``Type`` and registered device type of the default path.
@@ -173,14 +172,10 @@ def _exclusive(a: Mapping[str, str], b: Mapping[str, str]) -> bool:
 
 
 def parse_config(section: Any) -> CambriconConfig:
-    """Validate the ``cambricon:`` section; a bad field raises :class:`ConfigError` naming ``cambricon.<field>``."""
-    if section is None:
-        section = {}
-    if not isinstance(section, dict):
-        raise ConfigError(f"{SECTION}: must be a mapping, got {type(section).__name__}")
-    try:
-        cfg = CambriconConfig.model_validate(section)
-    except ValidationError as exc:
-        raise pydantic_error(SECTION, exc) from None
+    """Validate the ``cambricon:`` section; a bad field raises :class:`ConfigError` naming ``cambricon.<field>``.
+
+    :func:`~hami_core.plugins.parse_section` validates each field; the rules across ``models`` entries follow.
+    """
+    cfg = parse_section(SECTION, CambriconConfig, section)
     _check_models(cfg)
     return cfg

@@ -14,15 +14,17 @@ import hami_cambricon.plugin
 from hami_cambricon import backend as mlu
 from hami_cambricon.config import CambriconConfig, parse_config
 from hami_core import testing as kit
-from hami_core.engine.facade import Engine
-from hami_core.plugins.types import (
+from hami_core.plugins import (
     ContainerDevice,
-    DeviceBackend,
     DeviceRequest,
     DeviceUsage,
     FitResult,
     GpuPolicy,
+    QuotaEntry,
+    QuotaView,
     ResourceNames,
+    containers,
+    metadata,
 )
 from hami_core.testing import T0 as T0
 from hami_core.testing import Clock as Clock
@@ -54,30 +56,31 @@ MODELS = {"models": [
 
 
 # --------------------------------------------------------------------------------------------- engine
-plugin_manager = partial(kit.plugin_manager, hami_cambricon.plugin)
-
-
-def make_engine(cambricon: Mapping[str, Any] | None = None, *, clock: Any = None,
-                scheduler: Mapping[str, Any] | None = None) -> Engine:
-    """An engine with only the built-in plugins and hami-cambricon, at a fake time."""
-    section = dict(cambricon) if cambricon is not None else None
-    return kit.engine_with(hami_cambricon.plugin, config={"cambricon": section}, scheduler=scheduler, clock=clock)
+CAMBRICON = kit.VendorKit(hami_cambricon.plugin, "cambricon", CambriconConfig, empty=None)
+#: The plugin manager with hami-cambricon; an engine on a ``cambricon:`` section (``None``: the YAML key with an
+#: empty body, the chart defaults) at a fake time.
+plugin_manager, make_engine = CAMBRICON.plugin_manager, CAMBRICON.engine
 
 
 def config(**section: Any) -> CambriconConfig:
     return parse_config(section)
 
 
-def backend(name: str = "MLU", **section: Any) -> DeviceBackend:
+def backend(name: str = "MLU", **section: Any) -> mlu.MluBackend:
     """The backend ``name`` for a ``cambricon:`` section given as keyword arguments (HAMi's camelCase keys)."""
-    found = [b for b in mlu.make_backends(parse_config(section)) if b.name == name]
+    return backend_of(parse_config(section), name)
+
+
+def backend_of(cfg: CambriconConfig, name: str = "MLU") -> mlu.MluBackend:
+    """The backend ``name`` of a validated section."""
+    found = [b for b in mlu.make_backends(cfg) if b.name == name]
     assert len(found) == 1
     return found[0]
 
 
 # --------------------------------------------------------------------------------------------- pods
-#: A container whose quantities stay as given.
-container = partial(kit.container, as_strings=False)
+#: A container whose quantities stay as given; the kit's pod, named ``p`` with UID ``uid-<name>`` unless given.
+container, make_pod = CAMBRICON.container, CAMBRICON.pod
 
 
 def mlu_container(name: str = "c", count: int | str = 1, mem: int | str | None = None,
@@ -85,11 +88,6 @@ def mlu_container(name: str = "c", count: int | str = 1, mem: int | str | None =
                   core_name: str = VCORE) -> dict[str, Any]:
     """A container with MLU limits (values as strings, as in Kubernetes JSON); ``mem`` in 256 MiB units."""
     return kit.device_container(ResourceNames(count_name, mem_name, cores=core_name), count, mem, cores, name=name)
-
-
-def make_pod(*containers: Mapping[str, Any], name: str = "p", uid: str | None = None, **kwargs: Any) -> dict[str, Any]:
-    """The kit's pod, named ``p`` with UID ``uid-<name>`` unless given."""
-    return kit.pod(*containers, name=name, uid=uid or f"uid-{name}", **kwargs)
 
 
 def running_pod(name: str, node: str, allocated: str, *, key: str = ALLOCATED, containers: int = 1,
@@ -104,19 +102,10 @@ def make_node(name: str, cores: int | str | None = None, vmemory: int | str | No
               annotations: Mapping[str, str] | None = None,
               extra_capacity: Mapping[str, str] | None = None) -> dict[str, Any]:
     """A Node as Cambricon's dynamic-smlu device plugin leaves it: MLU cores and memory in ``capacity``."""
-    capacity: dict[str, str] = {"cpu": "64", "memory": "256Gi"}
-    if cores is not None:
-        capacity[core_name] = str(cores)
-    if vmemory is not None:
-        capacity[mem_name] = str(vmemory)
-    capacity.update(extra_capacity or {})
-    meta: dict[str, Any] = {"name": name}
-    if labels:
-        meta["labels"] = dict(labels)
-    if annotations:
-        meta["annotations"] = dict(annotations)
-    return {"apiVersion": "v1", "kind": "Node", "metadata": meta,
-            "status": {"capacity": capacity, "allocatable": dict(capacity)}}
+    given = {core_name: cores, mem_name: vmemory}
+    capacity = {"cpu": "64", "memory": "256Gi", **{k: v for k, v in given.items() if v is not None},
+                **(extra_capacity or {})}
+    return kit.node(name, annotations=annotations, labels=labels, capacity=capacity, allocatable=capacity)
 
 
 # --------------------------------------------------------------------------------------------- fit
@@ -128,17 +117,39 @@ def request(nums: int = 1, memreq: int = 0, coresreq: int = 0, pct: int = 0, typ
     return kit.request(type, nums, memreq, coresreq, pct)
 
 
+def quota_view(pod: Mapping[str, Any], quotas: Mapping[tuple[str, str], QuotaEntry] | None,
+               allocated: Mapping[str, Sequence[Sequence[ContainerDevice]]] | None,
+               b: mlu.MluBackend) -> QuotaView | None:
+    """The engine's quota view for fitting ``pod``'s next ``b`` container on a node where its earlier containers
+    got ``allocated``: the ``(namespace, resource)`` entries of the pod's namespace, ``None`` when none limits it.
+
+    The container fitted is the first one (init containers first) requesting ``b`` that has no devices yet.
+    """
+    namespace = metadata(pod).get("namespace") or "default"
+    entries = {res: entry for (ns, res), entry in (quotas or {}).items() if ns == namespace}
+    view = QuotaView(namespace, entries)
+    if not view.limited(b.resource_names):
+        return None
+    init, app = containers(pod)
+    wanted = [i for i, c in enumerate((*init, *app)) if b.hami_container_request(c) is not None]
+    earlier = list((allocated or {}).get(b.name, ()))
+    placed = sum(1 for c in earlier if c)
+    position = wanted[placed] if placed < len(wanted) else len(earlier)
+    return QuotaView(namespace, entries, position, len(init))
+
+
 def fit(devices: Sequence[DeviceUsage], req: DeviceRequest, *, pod: Mapping[str, Any] | None = None,
         pod_annotations: Mapping[str, str] | None = None, policy: GpuPolicy | None = None,
         allocated: Mapping[str, Sequence[Sequence[ContainerDevice]]] | None = None,
-        quotas: mlu.Quotas | None = None, cfg: CambriconConfig | None = None, name: str = "MLU") -> FitResult:
-    """``hami_cambricon.backend.filter_nodes`` on one node whose devices are given in HAMi's sorted order.
+        quotas: Mapping[tuple[str, str], QuotaEntry] | None = None, cfg: CambriconConfig | None = None,
+        name: str = "MLU") -> FitResult:
+    """The backend's ``hami_filter_nodes`` on one node whose devices are given in HAMi's sorted order.
 
-    Fit walks the list from the last device to the first, like HAMi.
+    ``quotas`` maps ``(namespace, resource)`` to the namespace's quota entry, as the engine's quota cache holds
+    them; the fit gets the view of the pod's namespace (:func:`quota_view`). Fit walks the list from the last
+    device to the first, like HAMi.
     """
-    cfg = cfg or parse_config({})
-    spec = cfg.spec(name)
-    assert spec is not None
-    filter_nodes = partial(mlu.filter_nodes, cfg, spec, quotas=quotas)
-    return kit.fit_one(filter_nodes, None, devices, req, pod=pod, pod_annotations=pod_annotations, policy=policy,
-                       allocated=allocated)
+    b = backend_of(cfg or parse_config({}), name)
+    the_pod = pod if pod is not None else kit.pod(annotations=pod_annotations)
+    return kit.fit_one(b.hami_filter_nodes, b, devices, req, pod=the_pod, policy=policy, allocated=allocated,
+                       quota=quota_view(the_pod, quotas, allocated, b))

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from cambricon_testlib import FakeNode, chosen, fit, gpu_policy, make_pod, request, usage
+from cambricon_testlib import FakeNode, backend, chosen, fit, gpu_policy, make_pod, request, usage
 
-from hami_cambricon import backend as mlu
-from hami_cambricon.config import parse_config
 from hami_core.plugins.types import ContainerDevice, FilterCode, FitCandidate
 
 # ------------------------------------------------------------------------------------ TestDevices_Fit
@@ -130,7 +128,6 @@ def test_empty_uuid_annotation_is_no_constraint() -> None:
 
 def test_cordon_annotation_is_not_read() -> None:
     # HAMi's device cordon is NVIDIA only (vendors A.7 step 2, scheduler §12).
-    cfg = parse_config({})
     cand = FitCandidate(FakeNode(annotations={"hami.io/device-cordon": "dev-0"}), [usage("dev-0")], {})
-    (result,) = mlu.filter_nodes(cfg, cfg.specs[0], make_pod(), request(memreq=64), [cand], gpu_policy())
+    (result,) = backend().hami_filter_nodes(make_pod(), request(memreq=64), [cand], gpu_policy(), None)
     assert chosen(result) == ["dev-0"]

@@ -3,25 +3,23 @@
 from __future__ import annotations
 
 import pytest
-from cambricon_testlib import MLU, VCORE, VMEMORY, make_engine, make_node
+from cambricon_testlib import MLU, VCORE, VMEMORY, backend, make_engine, make_node
 
-from hami_cambricon import backend as mlu
-from hami_cambricon.config import parse_config
 from hami_core.plugins.errors import WireFormatError
 from hami_core.plugins.types import DeviceInfo, HealthReport
 
-SPEC = parse_config({}).specs[0]
+BACKEND = backend()
 
 
 def test_hami_vector_one_core_one_vmemory() -> None:
     # device_test.go Test_GetNodeDevices: vcore=1, vmemory=1 on node "test".
-    assert mlu.node_devices(SPEC, make_node("test", cores=1, vmemory=1)) == [
+    assert BACKEND.hami_node_devices(make_node("test", cores=1, vmemory=1)) == [
         DeviceInfo(id="test-cambricon-mlu-0", index=0, count=100, devmem=25600, devcore=100, type="MLU", numa=0,
                    health=True)]
 
 
 def test_one_device_per_started_hundred_cores() -> None:
-    devices = mlu.node_devices(SPEC, make_node("n1", cores=250, vmemory=480))
+    devices = BACKEND.hami_node_devices(make_node("n1", cores=250, vmemory=480))
     assert [(d.id, d.index) for d in devices] == [("n1-cambricon-mlu-0", 0), ("n1-cambricon-mlu-1", 1),
                                                    ("n1-cambricon-mlu-2", 2)]
     # 480 units x 256 MiB spread over 250 cores, per 100 cores (integer division).
@@ -30,28 +28,28 @@ def test_one_device_per_started_hundred_cores() -> None:
 
 
 def test_memory_capacity_missing_or_fractional_gives_zero_memory() -> None:
-    assert {d.devmem for d in mlu.node_devices(SPEC, make_node("n1", cores=200))} == {0}
-    assert {d.devmem for d in mlu.node_devices(SPEC, make_node("n1", cores=200, vmemory="1.5"))} == {0}
+    assert {d.devmem for d in BACKEND.hami_node_devices(make_node("n1", cores=200))} == {0}
+    assert {d.devmem for d in BACKEND.hami_node_devices(make_node("n1", cores=200, vmemory="1.5"))} == {0}
 
 
 def test_node_without_mlu_capacity_has_no_devices() -> None:
-    assert mlu.node_devices(SPEC, make_node("cpu-0")) == []
-    assert mlu.node_devices(SPEC, {"metadata": {"name": "bare"}}) == []
+    assert BACKEND.hami_node_devices(make_node("cpu-0")) == []
+    assert BACKEND.hami_node_devices({"metadata": {"name": "bare"}}) == []
 
 
 def test_negative_cores_register_nothing() -> None:
-    assert mlu.node_devices(SPEC, make_node("n1", cores=-100, vmemory=10)) == []
+    assert BACKEND.hami_node_devices(make_node("n1", cores=-100, vmemory=10)) == []
 
 
 @pytest.mark.parametrize("cores", ["0", "1.5", "lots"])
 def test_unusable_core_capacity_is_an_error_naming_the_resource(cores: str) -> None:
     with pytest.raises(WireFormatError, match=rf"node n1: status\.capacity\[{VCORE}\]"):
-        mlu.node_devices(SPEC, make_node("n1", cores=cores, vmemory=10))
+        BACKEND.hami_node_devices(make_node("n1", cores=cores, vmemory=10))
 
 
 def test_malformed_memory_capacity_is_an_error_naming_the_resource() -> None:
     with pytest.raises(WireFormatError, match=rf"node n1: status\.capacity\[{VMEMORY}\]"):
-        mlu.node_devices(SPEC, make_node("n1", cores=100, vmemory="ten"))
+        BACKEND.hami_node_devices(make_node("n1", cores=100, vmemory="ten"))
 
 
 def test_engine_registers_capacity_devices(clock) -> None:
@@ -93,7 +91,7 @@ def test_custom_core_and_memory_names_are_read(clock) -> None:
 
 def test_health_is_always_good_and_refreshed(clock) -> None:
     # HAMi's Cambricon CheckHealth returns (true, true) and writes no handshake.
-    assert mlu.node_health() == HealthReport(True, True)
+    assert BACKEND.hami_node_health() == HealthReport(True, True)
     engine = make_engine(clock=clock)
     node = make_node("n1", cores=100, vmemory=192)
     b = engine.backends["MLU"]

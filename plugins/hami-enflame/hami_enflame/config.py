@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
-from hami_core.engine.config import pydantic_error
-from hami_core.plugins.errors import ConfigError
+from pydantic import BaseModel, ConfigDict, Field
 
 SECTION = "enflame"
+#: The backends' ``vendor`` (HAMi initialises both from the one section).
+VENDOR = "enflame"
 
 DEFAULT_GCU = "enflame.com/gcu"
 DEFAULT_DRS_GCU = "enflame.com/drs-gcu"
@@ -23,7 +20,8 @@ class EnflameConfig(BaseModel):
     ``resourceNameGCU`` is the whole-card (``GCU``) resource. The DRS backend (``Enflame``) counts slices
     with ``resourceNameDRSGCU``, falling back to the legacy ``resourceNameVGCU`` and then to
     ``enflame.com/drs-gcu`` when empty, as ``InitEnflameDevice`` does; ``resourceNameVGCUPercentage`` is
-    accepted for compatibility and not read by the scheduler.
+    accepted for compatibility and not read by the scheduler. Validate a section with
+    ``parse_section(SECTION, EnflameConfig, value)`` (``None`` or ``{}``: HAMi's chart defaults).
     """
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
@@ -49,18 +47,3 @@ class EnflameConfig(BaseModel):
     def core_resource(self) -> str:
         """The DRS "request by spec" core-percentage resource (empty in the config means the default)."""
         return self.resource_name_gcu_core or DEFAULT_GCU_CORE
-
-
-def parse_config(section: Any) -> EnflameConfig:
-    """Validate the ``enflame:`` section; a bad field raises :class:`ConfigError` naming ``enflame.<field>``.
-
-    ``None`` (a YAML ``enflame:`` with an empty body) and ``{}`` mean HAMi's chart defaults.
-    """
-    if section is None:
-        section = {}
-    if not isinstance(section, dict):
-        raise ConfigError(f"{SECTION}: must be a mapping, got {type(section).__name__}")
-    try:
-        return EnflameConfig.model_validate(section)
-    except ValidationError as exc:
-        raise pydantic_error(SECTION, exc) from None

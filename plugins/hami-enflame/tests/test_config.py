@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
-import pytest
-from enflame_testlib import backends
+from enflame_testlib import backends, parse_config
 
-from hami_core.plugins.errors import ConfigError
-from hami_enflame.config import EnflameConfig, parse_config
+import hami_enflame.plugin
+from hami_core.testing import ConfigSectionChecks
+from hami_enflame.config import SECTION, EnflameConfig
+
+
+class TestSection(ConfigSectionChecks):
+    plugin, section, model, not_a_mapping = hami_enflame.plugin, SECTION, EnflameConfig, ["enflame.com/gcu"]
+    bad_sections = [{"resourceNameGPU": "x"}, {"resourceNameGCU": ""}, {"resourceNameDRSGCU": 3}]
 
 
 def test_defaults() -> None:
     cfg = parse_config(None)
-    assert cfg == parse_config({})
+    assert isinstance(cfg, EnflameConfig)
     assert cfg.resource_name_gcu == "enflame.com/gcu"
     assert (cfg.drs_resource, cfg.memory_resource, cfg.core_resource) == (
         "enflame.com/drs-gcu", "enflame.com/gcu-memory", "enflame.com/gcu-core")
@@ -31,19 +36,3 @@ def test_legacy_vgcu_name_is_the_drs_fallback() -> None:
     assert backends(resourceNameVGCU="enflame.com/vgcu")[1].resource_names.count == "enflame.com/vgcu"
     assert backends(resourceNameDRSGCU="", resourceNameVGCU="")[1].resource_names.count == "enflame.com/drs-gcu"
     assert backends(resourceNameGCUMemory="")[1].resource_names.memory == "enflame.com/gcu-memory"
-
-
-@pytest.mark.parametrize(("section", "field"), [
-    ({"resourceNameGPU": "x"}, "enflame.resourceNameGPU"),
-    ({"resourceNameGCU": ""}, "enflame.resourceNameGCU"),
-    ({"resourceNameDRSGCU": 3}, "enflame.resourceNameDRSGCU"),
-])
-def test_bad_field_names_the_field(section: dict, field: str) -> None:
-    with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
-        parse_config(section)
-
-
-def test_section_must_be_a_mapping() -> None:
-    with pytest.raises(ConfigError, match="enflame"):
-        parse_config(["enflame.com/gcu"])
-    assert isinstance(parse_config({}), EnflameConfig)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from enflame_testlib import drs_capacity, drs_node, make_engine
+from enflame_testlib import T0, backends, drs_capacity, drs_node, make_engine
 
 from hami_core.plugins.errors import WireFormatError
-from hami_enflame import backend as ef
+from hami_core.plugins.types import HealthReport
+from hami_enflame.drs import parse_profile
 
 SPEC_EXAMPLE = ('{"devices":[{"index":"0","minor":"0","capacity":6}],'
                 '"profiles":{"1g.6gb":"0","3g.20gb":"1","6g.40gb":"2"}}')
@@ -25,7 +26,7 @@ def test_spec_example_registers_one_card() -> None:
 
 def test_index_minor_and_capacity_forms() -> None:
     raw = drs_capacity([("x", "", "4"), ("3", " 7 ", 4.9)])
-    devs = ef.drs_node_devices(drs_node("e1", raw))
+    devs = backends()[1].hami_node_devices(drs_node("e1", raw))
     # An unparsable index falls back to the position; an empty minor to the index; 4.9 truncates.
     assert [(d.id, d.index, d.count, d.custom_info["minor"]) for d in devs] == [
         ("e1-enflame-drs-0", 0, 4, "0"), ("e1-enflame-drs-3", 3, 4, "7")]
@@ -33,13 +34,13 @@ def test_index_minor_and_capacity_forms() -> None:
 
 def test_keys_are_case_insensitive_and_memory_falls_back_to_slices() -> None:
     raw = '{"Devices":[{"Index":"1","Capacity":2}],"Profiles":{"2g.x":"9"}}'
-    (dev,) = ef.drs_node_devices(drs_node("e1", raw))
+    (dev,) = backends()[1].hami_node_devices(drs_node("e1", raw))
     # "2g.x" has no readable memory: the largest memory GB is then the largest slice count.
     assert (dev.index, dev.count, dev.devmem, dev.custom_info["maxSlice"]) == (1, 2, 2048, 2)
 
 
 def test_node_without_annotation_has_no_device() -> None:
-    assert ef.drs_node_devices({"metadata": {"name": "plain"}}) == []
+    assert backends()[1].hami_node_devices({"metadata": {"name": "plain"}}) == []
 
 
 @pytest.mark.parametrize(("raw", "message"), [
@@ -57,7 +58,7 @@ def test_node_without_annotation_has_no_device() -> None:
 ])
 def test_malformed_registration_names_the_annotation(raw: str, message: str) -> None:
     with pytest.raises(WireFormatError) as exc:
-        ef.drs_node_devices(drs_node("e1", raw))
+        backends()[1].hami_node_devices(drs_node("e1", raw))
     assert str(exc.value).startswith("enflame.com/gcu-drs-capacity")
     assert message in str(exc.value)
 
@@ -74,12 +75,12 @@ def test_always_healthy() -> None:
     engine = make_engine()
     status = engine.upsert_node(drs_node("e1", SPEC_EXAMPLE))
     assert status.unhealthy == {} and status.patch == {}
-    assert ef.drs_health() == ef.HealthReport(True, True)
+    assert backends()[1].hami_node_health(drs_node("e1", SPEC_EXAMPLE), [], T0) == HealthReport(True, True)
 
 
 def test_profile_names() -> None:
-    assert ef.parse_profile("3g.20gb") == (3, 20)
-    assert ef.parse_profile(" 6G.40GB ") == (6, 40)
-    assert ef.parse_profile("1g.big") == (1, 0)
-    assert ef.parse_profile("x.6gb") == (0, 0)
-    assert ef.parse_profile("6g") == (0, 0)
+    assert parse_profile("3g.20gb") == (3, 20)
+    assert parse_profile(" 6G.40GB ") == (6, 40)
+    assert parse_profile("1g.big") == (1, 0)
+    assert parse_profile("x.6gb") == (0, 0)
+    assert parse_profile("6g") == (0, 0)

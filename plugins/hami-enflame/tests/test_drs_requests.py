@@ -7,7 +7,6 @@ from enflame_testlib import CORE, DRS, MEM, backends, container, make_engine, ma
 
 from hami_core.plugins.errors import AdmissionFailed
 from hami_core.plugins.types import DeviceRequest
-from hami_enflame import backend as ef
 
 
 def test_direct_request_is_one_device_of_n_slices() -> None:
@@ -19,17 +18,18 @@ def test_direct_request_is_one_device_of_n_slices() -> None:
 
 def test_spec_request_marks_pct_minus_one() -> None:
     _, drs = backends()
-    got = ef.drs_request(drs, container(limits={MEM: "20480", CORE: "40"}))
+    got = drs.hami_container_request(container(limits={MEM: "20480", CORE: "40"}))
     assert got == DeviceRequest("Enflame", 1, 20480, -1, 40)
-    assert ef.drs_request(drs, container(requests={CORE: "30"})) == DeviceRequest("Enflame", 1, 0, -1, 30)
+    assert drs.hami_container_request(container(requests={CORE: "30"})) == DeviceRequest("Enflame", 1, 0, -1, 30)
     # Quantity.Value rounds up; a bad slice count falls through to the spec resources.
-    assert ef.drs_request(drs, container(limits={DRS: "1.5", MEM: "500m"})) == DeviceRequest("Enflame", 1, 1, -1, 0)
+    assert drs.hami_container_request(container(limits={DRS: "1.5", MEM: "500m"})) == DeviceRequest(
+        "Enflame", 1, 1, -1, 0)
 
 
 @pytest.mark.parametrize("limits", [{}, {DRS: "0"}, {MEM: "20Gi"}, {DRS: "4294967296"}, {MEM: "-1"}])
 def test_dropped_requests(limits: dict) -> None:
     _, drs = backends()
-    assert ef.drs_request(drs, container(limits=limits)) is None
+    assert drs.hami_container_request(container(limits=limits)) is None
 
 
 def test_admission_mirrors_limits_and_requests() -> None:
@@ -45,7 +45,7 @@ def test_admission_mirrors_limits_and_requests() -> None:
 def test_admission_leaves_other_containers_alone() -> None:
     _, drs = backends()
     plain = container(limits={"cpu": "1"})
-    assert ef.drs_mutate(drs, plain) is False
+    assert drs.hami_mutate_container({}, plain).requested is False
     assert plain == container(limits={"cpu": "1"})
 
 

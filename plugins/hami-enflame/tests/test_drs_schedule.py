@@ -6,7 +6,7 @@ import json
 
 from enflame_testlib import CORE, DRS, MEM, container, drs_capacity, drs_node, make_engine, make_pod, running_pod
 
-from hami_enflame import backend as ef
+from hami_enflame.drs import DRS_ALLOCATED
 
 
 def _engine() -> object:
@@ -65,7 +65,7 @@ def test_reserve_then_schedule_fills_by_memory() -> None:
 
 def test_usage_rebuilt_from_the_allocated_annotation() -> None:
     engine = _engine()
-    engine.upsert_pod(running_pod("old", "e1", ef.DRS_ALLOCATED, "e1-enflame-drs-1,Enflame,40960,100:;"))
+    engine.upsert_pod(running_pod("old", "e1", DRS_ALLOCATED, "e1-enflame-drs-1,Enflame,40960,100:;"))
     usage = {d.id: (d.used, d.usedmem, d.usedcores) for d in engine.nodes["e1"].devices["Enflame"]}
     # Caveat kept from HAMi: one slot per allocation after a restart, not one per slice.
     assert usage == {"e1-enflame-drs-0": (0, 0, 0), "e1-enflame-drs-1": (1, 40960, 100)}

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from enflame_testlib import GCU, backends, container, gcu_node, gcu_usage, make_engine, make_pod, running_pod
+from enflame_testlib import GCU, T0, backends, container, gcu_node, gcu_usage, make_engine, make_pod, running_pod
 
 from hami_core.plugins.types import DeviceInfo, DeviceRequest, HealthReport
-from hami_enflame import backend as ef
+from hami_enflame.gcu import GCU_ALLOCATED
 
 REQ = DeviceRequest("GCU", 1, 100, 100, 100)
 
@@ -22,10 +22,10 @@ def test_cards_are_synthesised_from_capacity() -> None:
 
 def test_health_is_capacity_above_zero() -> None:
     gcu, _ = backends()
-    assert ef.gcu_health(gcu, gcu_node("g1", 2)) == HealthReport(True, True)
-    assert ef.gcu_health(gcu, gcu_node("g1", None)) == HealthReport(True, False)
-    assert ef.gcu_health(gcu, gcu_node("g1", 0)) == HealthReport(False, True,
-                                                                  reason="status.capacity[enflame.com/gcu] is '0'")
+    assert gcu.hami_node_health(gcu_node("g1", 2), [], T0) == HealthReport(True, True)
+    assert gcu.hami_node_health(gcu_node("g1", None), [], T0) == HealthReport(True, False)
+    assert gcu.hami_node_health(gcu_node("g1", 0), [], T0) == HealthReport(
+        False, True, reason="status.capacity[enflame.com/gcu] is '0'")
 
 
 def test_zero_capacity_drops_the_cards_and_bad_capacity_keeps_them() -> None:
@@ -44,8 +44,8 @@ def test_admission_follows_limits_only() -> None:
     admitted = engine.admit(make_pod(container(limits={GCU: 1})))
     assert admitted["spec"]["containers"][0]["resources"] == {"limits": {GCU: 1}}
     gcu, _ = backends()
-    assert ef.gcu_mutate(gcu, container(limits={GCU: 1})) is True
-    assert ef.gcu_mutate(gcu, container(requests={GCU: 1})) is False
+    assert gcu.hami_mutate_container({}, container(limits={GCU: 1})).requested is True
+    assert gcu.hami_mutate_container({}, container(requests={GCU: 1})).requested is False
 
 
 def test_request_is_always_the_whole_card() -> None:
@@ -55,27 +55,27 @@ def test_request_is_always_the_whole_card() -> None:
                               {"GCU": DeviceRequest("GCU", 1, 100, 100, 100)})
     gcu, _ = backends()
     for bad in ("0", "-1", "1.5", "500m", "4294967296"):
-        assert ef.gcu_request(gcu, container(limits={GCU: bad})) is None, bad
+        assert gcu.hami_container_request(container(limits={GCU: bad})) is None, bad
 
 
 def test_fit_takes_idle_cards_from_the_preferred_end() -> None:
     devs = [gcu_usage("a", index=0), gcu_usage("b", index=1, used=1), gcu_usage("c", index=2)]
-    got = ef.gcu_fit(devs, DeviceRequest("GCU", 2, 100, 100, 100))
+    got = backends()[0].fit(devs, DeviceRequest("GCU", 2, 100, 100, 100))
     assert [(d.uuid, d.usedmem, d.usedcores, d.idx) for d in got.devices] == [("c", 100, 100, 2), ("a", 100, 100, 0)]
 
 
 def test_fit_reasons() -> None:
     devs = [gcu_usage("a", used=1), gcu_usage("b", health=False), gcu_usage("c")]
-    got = ef.gcu_fit(devs, DeviceRequest("GCU", 2, 100, 100, 100))
+    got = backends()[0].fit(devs, DeviceRequest("GCU", 2, 100, 100, 100))
     assert got.reason == ("1/3 AllocatedCardsInsufficientRequest, 1/3 CardNotHealth, "
                           "1/3 ExclusiveDeviceAllocateConflict")
-    assert ef.gcu_fit(devs, DeviceRequest("Enflame", 1)).reason == "1/3 CardNotHealth, 2/3 CardTypeMismatch"
+    assert backends()[0].fit(devs, DeviceRequest("Enflame", 1)).reason == "1/3 CardNotHealth, 2/3 CardTypeMismatch"
 
 
 def test_schedule_writes_both_keys_and_no_lock() -> None:
     engine = make_engine()
     engine.upsert_node(gcu_node("g1", 2))
-    engine.upsert_pod(running_pod("old", "g1", ef.GCU_ALLOCATED, "g1-GCU-1,GCU,100,100:;"))
+    engine.upsert_pod(running_pod("old", "g1", GCU_ALLOCATED, "g1-GCU-1,GCU,100,100:;"))
     pod = make_pod(container(limits={GCU: 1}))
     decision = engine.schedule(pod)
     assert decision.node == "g1"

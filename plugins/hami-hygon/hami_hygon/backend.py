@@ -5,18 +5,17 @@ are the DCU's — registration decoding (E.2, A.3), the generic handshake health
 ``hami.io/node-handshake-dcu`` (A.5), admission (the count in limits, nothing changed), the standard fit with
 the DCU type rule, UUID selection and ``mutex`` (E.4, A.7, A.8), the allocation annotations
 ``hami.io/dcu-devices-to-allocate`` / ``-allocated`` (A.4), the shared node lock ``hami.io/mutex.lock`` (A.6)
-and a node score of 0 (E.4). What differs is two request steps (E.4, J.2, J.3).
+and a node score of 0 (E.4). What differs in the request is set by the base's knobs (E.4, J.2, J.3): a whole
+card's cores by default, memory in MiB winning over a percentage, and an unreadable memory quantity ignored.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar, Literal
 
-from hami_core.plugins import ResourceNames, StandardBackend, as_int64, resource
+from hami_core.plugins import ResourceNames, StandardBackend
 from hami_core.wire import keys
-from hami_core.wire.common import INT32_MAX
 from hami_hygon.config import HygonConfig
 
 #: HAMi's common word: the request ``Type``, the pod-devices key, and what every registered type contains.
@@ -32,10 +31,6 @@ NOUSE_TYPE_ANNOTATION = "hygon.com/nouse-dcutype"
 USE_UUID_ANNOTATION = "hygon.com/use-gpuuuid"
 NOUSE_UUID_ANNOTATION = "hygon.com/nouse-gpuuuid"
 
-#: ``MemPercentagereq`` HAMi writes: 100 (whole card) without memory, else 0 (memory in MiB wins).
-WHOLE_CARD_PERCENT = 100
-MEMORY_GIVEN_PERCENT = 0
-
 
 @dataclass(frozen=True, slots=True)
 class DcuBackend(StandardBackend):
@@ -43,39 +38,20 @@ class DcuBackend(StandardBackend):
 
     #: a container without ``hygon.com/dcucores`` books a whole, exclusive card (E.4, J.2)
     default_cores: ClassVar[int] = 100
+    #: ``MemPercentagereq``: 100 (the whole card) without memory, else 0 (``Memreq`` wins)
+    memory_given_percentage: ClassVar[int] = 0
+    #: a memory quantity Go's ``AsInt64`` cannot read (fractional, beyond int64) is ignored: 0, the whole card (J.3);
+    #: an integer outside 0..MaxInt32, or one that overflows int32 once multiplied, still drops the request
+    fractional_memory: ClassVar[Literal["drop", "ignore"]] = "ignore"
 
     @classmethod
     def from_config(cls, cfg: HygonConfig) -> DcuBackend:
         """The backend for a validated ``hygon:`` section (E.1-E.3)."""
-        return cls(
-            name=COMMON_WORD,
-            vendor=VENDOR,
-            resource_names=ResourceNames(count=cfg.resource_count_name, memory=cfg.resource_memory_name,
-                                         cores=cfg.resource_core_name, memory_factor=max(cfg.memory_factor, 1)),
-            register_annotation=REGISTER_ANNOTATION,
-            handshake_annotation=HANDSHAKE_ANNOTATION,
-            to_allocate_annotation=TO_ALLOCATE_ANNOTATION,
-            allocated_annotation=ALLOCATED_ANNOTATION,
-            use_type_annotation=USE_TYPE_ANNOTATION,
-            nouse_type_annotation=NOUSE_TYPE_ANNOTATION,
-            use_uuid_annotation=USE_UUID_ANNOTATION,
-            nouse_uuid_annotation=NOUSE_UUID_ANNOTATION,
-            lock_annotation=keys.NODE_LOCK,
-            standard_capacity=True,
-            config=cfg,
-        )
-
-    def request_memory(self, container: Mapping[str, Any]) -> int | None:
-        """MiB (x ``memoryFactor``): a non-integer quantity is ignored (0: the whole card), an integer outside
-        0..MaxInt32 or one that overflows int32 once multiplied drops the request (J.3)."""
-        mem = as_int64(resource(container, self.resource_names.memory))
-        if mem is None:
-            return 0
-        factor = self.resource_names.memory_factor
-        if not 0 <= mem <= INT32_MAX // factor:
-            return None
-        return mem * factor
-
-    def request_percentage(self, container: Mapping[str, Any], memreq: int) -> int:
-        """``MemPercentagereq``: 100 (the whole card) without memory, else 0 (``Memreq`` wins)."""
-        return WHOLE_CARD_PERCENT if memreq == 0 else MEMORY_GIVEN_PERCENT
+        return cls(name=COMMON_WORD, vendor=VENDOR,
+                   resource_names=ResourceNames(count=cfg.resource_count_name, memory=cfg.resource_memory_name,
+                                                cores=cfg.resource_core_name, memory_factor=max(cfg.memory_factor, 1)),
+                   register_annotation=REGISTER_ANNOTATION, handshake_annotation=HANDSHAKE_ANNOTATION,
+                   to_allocate_annotation=TO_ALLOCATE_ANNOTATION, allocated_annotation=ALLOCATED_ANNOTATION,
+                   use_type_annotation=USE_TYPE_ANNOTATION, nouse_type_annotation=NOUSE_TYPE_ANNOTATION,
+                   use_uuid_annotation=USE_UUID_ANNOTATION, nouse_uuid_annotation=NOUSE_UUID_ANNOTATION,
+                   lock_annotation=keys.NODE_LOCK, standard_capacity=True, config=cfg)

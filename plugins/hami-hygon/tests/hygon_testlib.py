@@ -13,8 +13,6 @@ from typing import Any
 
 import hami_hygon.plugin
 from hami_core import testing as kit
-from hami_core.engine.facade import Engine
-from hami_core.plugins import parse_section
 from hami_core.plugins.types import DeviceRequest, DeviceUsage, FitResult, GpuPolicy, ResourceNames
 from hami_core.testing import T0 as T0
 from hami_core.testing import Clock as Clock
@@ -49,19 +47,10 @@ K100 = "DCU-K100_AI"
 
 
 # --------------------------------------------------------------------------------------------- engine
-#: A plugin manager with the built-ins, hami-hygon and ``*extra`` plugins.
-plugin_manager = partial(kit.plugin_manager, hami_hygon.plugin)
-
-
-def make_engine(hygon: Mapping[str, Any] | None = None, *, scheduler: Mapping[str, Any] | None = None,
-                clock: Any = None) -> Engine:
-    """An engine with only the built-in plugins and hami-hygon, at a fake time."""
-    return kit.engine_with(hami_hygon.plugin, config={"hygon": dict(hygon or {})}, scheduler=scheduler, clock=clock)
-
-
-def parse_config(section: Any) -> HygonConfig:
-    """The ``hygon:`` section validated as the plugin validates it."""
-    return parse_section("hygon", HygonConfig, section)
+HYGON = kit.VendorKit(hami_hygon.plugin, "hygon", HygonConfig)
+#: A plugin manager with the built-ins, hami-hygon and ``*extra`` plugins; an engine on a ``hygon:`` section (the
+#: defaults when ``None``) at a fake time; the section validated as the plugin validates it.
+plugin_manager, make_engine, parse_config = HYGON.plugin_manager, HYGON.engine, HYGON.parse_config
 
 
 def make_backend(**hygon: Any) -> DcuBackend:
@@ -70,19 +59,15 @@ def make_backend(**hygon: Any) -> DcuBackend:
 
 
 # --------------------------------------------------------------------------------------------- pods
-#: A container whose quantities stay as given (the tests also feed YAML integers).
-container = partial(kit.container, as_strings=False)
+#: A container whose quantities stay as given (the tests also feed YAML integers); the kit's pod, named ``p`` with
+#: UID ``uid-<name>`` unless given.
+container, make_pod = HYGON.container, HYGON.pod
 
 
 def dcu_container(name: str = "c", num: int | str = 1, mem: int | str | None = None,
                   cores: int | str | None = None) -> dict[str, Any]:
     """A container with DCU limits (values as strings, as in Kubernetes JSON)."""
     return kit.device_container(DCU_RESOURCES, num, mem, cores, name=name)
-
-
-def make_pod(*containers: Mapping[str, Any], name: str = "p", uid: str | None = None, **kwargs: Any) -> dict[str, Any]:
-    """The kit's pod, named ``p`` with UID ``uid-<name>`` unless given."""
-    return kit.pod(*containers, name=name, uid=uid or f"uid-{name}", **kwargs)
 
 
 def running_pod(name: str, node: str, allocated: str, *, containers: int = 1) -> dict[str, Any]:

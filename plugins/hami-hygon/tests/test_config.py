@@ -4,23 +4,27 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from hygon_testlib import container, dcu_container, make_engine, make_pod, parse_config
 
+import hami_hygon.plugin
 from hami_core.engine.facade import Engine
-from hami_core.plugins.errors import ConfigError
 from hami_core.plugins.types import DeviceRequest
+from hami_core.testing import ConfigSectionChecks, assert_fields
 from hami_hygon.config import HygonConfig
+
+
+class TestSection(ConfigSectionChecks):
+    plugin, section, model, not_a_mapping = hami_hygon.plugin, "hygon", HygonConfig, ["hygon.com/dcunum"]
+    bad_sections = [{"memoryFactor": -1}, {"memoryFactor": "lots"}, {"memoryFactor": 2**31}, {"memoryFactor": -3},
+                    {"resourceCountName": ""}, {"resourceCountNmae": "hygon.com/dcunum"},
+                    {"resourceMemoryName": ["hygon.com/dcumem"]}]
 
 
 def test_chart_defaults() -> None:
     cfg = parse_config({})
-    assert cfg == parse_config(None)
     assert isinstance(cfg, HygonConfig)
-    assert cfg.resource_count_name == "hygon.com/dcunum"
-    assert cfg.resource_memory_name == "hygon.com/dcumem"
-    assert cfg.resource_core_name == "hygon.com/dcucores"
-    assert cfg.memory_factor == 1
+    assert_fields(cfg, resource_count_name="hygon.com/dcunum", resource_memory_name="hygon.com/dcumem",
+                  resource_core_name="hygon.com/dcucores", memory_factor=1)
 
 
 def test_camel_case_keys_as_in_the_chart() -> None:
@@ -56,30 +60,6 @@ def test_memory_factor_zero_behaves_as_one() -> None:
     engine = make_engine({"memoryFactor": 0})
     assert engine.backends["DCU"].resource_names.memory_factor == 1
     assert engine.requests(make_pod(dcu_container(mem=2000))).containers[0]["DCU"].memreq == 2000
-
-
-@pytest.mark.parametrize(("section", "field"), [
-    ({"memoryFactor": -1}, "hygon.memoryFactor"),
-    ({"memoryFactor": "lots"}, "hygon.memoryFactor"),
-    ({"memoryFactor": 2**31}, "hygon.memoryFactor"),
-    ({"resourceCountName": ""}, "hygon.resourceCountName"),
-    ({"resourceCountNmae": "hygon.com/dcunum"}, "hygon.resourceCountNmae"),
-    ({"resourceMemoryName": ["hygon.com/dcumem"]}, "hygon.resourceMemoryName"),
-])
-def test_bad_values_name_the_field(section: dict, field: str) -> None:
-    with pytest.raises(ConfigError) as info:
-        parse_config(section)
-    assert f"{field}:" in str(info.value)
-
-
-def test_bad_value_fails_the_engine_with_the_field() -> None:
-    with pytest.raises(ConfigError, match=r"hygon\.memoryFactor"):
-        make_engine({"memoryFactor": -3})
-
-
-def test_section_must_be_a_mapping() -> None:
-    with pytest.raises(ConfigError, match="hygon: must be a mapping"):
-        parse_config(["hygon.com/dcunum"])
 
 
 def test_yaml_section_with_an_empty_body(tmp_path: Path) -> None:

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-import pytest
-
 import hami_hygon.plugin
 from hami_core.testing import DeviceBackendConformance, container, node, pod
 
@@ -16,20 +12,8 @@ def _dcu(id: str, index: int) -> str:
 
 
 class TestHygonConformance(DeviceBackendConformance):
-    @pytest.fixture
-    def plugin_module(self) -> Any:
-        return hami_hygon.plugin
-
-    @pytest.fixture
-    def device_config(self) -> dict[str, Any]:
-        return {"hygon": {}}
-
-    @pytest.fixture
-    def device_node(self) -> dict[str, Any]:
-        return node("dcu-node", annotations={"hami.io/node-dcu-register": _dcu("DCU-0", 0) + _dcu("DCU-1", 1)},
-                    allocatable={"hygon.com/dcunum": 8})
-
-    @pytest.fixture
-    def fitting_pod(self) -> dict[str, Any]:
-        return pod(container(limits={"hygon.com/dcunum": 1, "hygon.com/dcumem": 16000, "hygon.com/dcucores": 25}),
+    plugin, config = hami_hygon.plugin, {"hygon": {}}
+    node_json = node("dcu-node", annotations={"hami.io/node-dcu-register": _dcu("DCU-0", 0) + _dcu("DCU-1", 1)},
+                     allocatable={"hygon.com/dcunum": 8})
+    pod_json = pod(container(limits={"hygon.com/dcunum": 1, "hygon.com/dcumem": 16000, "hygon.com/dcucores": 25}),
                    name="rocm")

@@ -11,15 +11,14 @@ from hygon_testlib import DCUCORES, DCUMEM, DCUNUM, container, dcu_container, ma
 from hami_core.engine.facade import Engine
 from hami_core.plugins.errors import AdmissionDenied
 from hami_core.plugins.types import DeviceRequest
+from hami_core.testing import container_request
 
 MAX_INT32 = 2**31 - 1
 
 
 def first(engine: Engine, ctr: dict[str, Any]) -> DeviceRequest | None:
     """The DCU request of a one-container pod, or None when HAMi would produce ``Nums == 0``."""
-    reqs = engine.requests(make_pod(ctr))
-    assert len(reqs.containers) == 1
-    return reqs.containers[0].get("DCU")
+    return container_request(engine, ctr, "DCU")
 
 
 def req(nums: int, memreq: int, pct: int, cores: int) -> DeviceRequest:

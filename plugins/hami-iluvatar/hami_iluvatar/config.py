@@ -12,8 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
-from hami_core.engine.config import pydantic_error
-from hami_core.plugins.errors import ConfigError
+from hami_core.plugins import ConfigError, pydantic_error
 
 SECTION = "iluvatars"
 
@@ -25,19 +24,13 @@ MAX_COMMON_WORD = 63 - len("-devices-to-allocate")
 CHART_CHIPS: tuple[str, ...] = ("MR-V100", "MR-V50", "BI-V150", "BI-V100")
 
 
-def count_resource(chip: str) -> str:
-    """The chart's count resource for ``chip``: ``iluvatar.ai/<chip>-vgpu``."""
-    return f"iluvatar.ai/{chip}-vgpu"
-
-
-def memory_resource(chip: str) -> str:
-    """The chart's memory resource for ``chip``: ``iluvatar.ai/<chip>.vMem`` (1 unit = 256 MiB)."""
-    return f"iluvatar.ai/{chip}.vMem"
-
-
-def core_resource(chip: str) -> str:
-    """The chart's core resource for ``chip``: ``iluvatar.ai/<chip>.vCore`` (percent of one card)."""
-    return f"iluvatar.ai/{chip}.vCore"
+#: The keys an entry may leave out, with the chart's pattern for its ``chipName``: ``(alias, field, pattern)``.
+CHART_PATTERN: tuple[tuple[str, str, str], ...] = (
+    ("commonWord", "common_word", "{chip}"),
+    ("resourceCountName", "resource_count_name", "iluvatar.ai/{chip}-vgpu"),
+    ("resourceMemoryName", "resource_memory_name", "iluvatar.ai/{chip}.vMem"),  # 1 unit = 256 MiB
+    ("resourceCoreName", "resource_core_name", "iluvatar.ai/{chip}.vCore"),  # percent of one card
+)
 
 
 class IluvatarChipConfig(BaseModel):
@@ -67,12 +60,9 @@ class IluvatarChipConfig(BaseModel):
         if not isinstance(chip, str) or not chip:
             return data
         out = dict(data)
-        for alias, name, default in (("commonWord", "common_word", chip),
-                                     ("resourceCountName", "resource_count_name", count_resource(chip)),
-                                     ("resourceMemoryName", "resource_memory_name", memory_resource(chip)),
-                                     ("resourceCoreName", "resource_core_name", core_resource(chip))):
+        for alias, name, pattern in CHART_PATTERN:
             if alias not in out and name not in out:
-                out[alias] = default
+                out[alias] = pattern.format(chip=chip)
         return out
 
 
@@ -90,6 +80,9 @@ def parse_config(section: Any) -> tuple[IluvatarChipConfig, ...]:
     ``None`` or ``{}`` gives :func:`chart_defaults`; a list is validated entry by entry. A bad field raises
     :class:`ConfigError` naming ``iluvatars.<index>.<field>``; two entries with the same common word (HAMi
     would silently keep the last) are an error too.
+
+    Not :func:`hami_core.plugins.parse_section`: that validates one mapping, and this section is a list (one
+    entry per chip); the errors are named the same way, by :func:`hami_core.plugins.pydantic_error`.
     """
     if section is None or (isinstance(section, dict) and not section):
         return chart_defaults()

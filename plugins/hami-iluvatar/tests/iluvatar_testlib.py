@@ -13,8 +13,7 @@ from typing import Any
 
 import hami_iluvatar.plugin
 from hami_core import testing as kit
-from hami_core.engine.facade import Engine
-from hami_core.plugins.types import DeviceBackend, DeviceRequest, DeviceUsage, FitResult, GpuPolicy, ResourceNames
+from hami_core.plugins.types import DeviceRequest, DeviceUsage, FitResult, GpuPolicy, ResourceNames
 from hami_core.testing import T0 as T0
 from hami_core.testing import Clock as Clock
 from hami_core.testing import FakeNode as FakeNode
@@ -22,7 +21,7 @@ from hami_core.testing import chosen as chosen
 from hami_core.testing import gpu_policy as gpu_policy
 from hami_core.testing import requesting as requesting
 from hami_core.wire import keys
-from hami_iluvatar import backend as ilu
+from hami_iluvatar.backend import IluvatarBackend
 from hami_iluvatar.config import IluvatarChipConfig
 
 CHIP = "MR-V100"
@@ -41,23 +40,20 @@ ENV = "SOL_CONTINER_NAME"
 
 
 # --------------------------------------------------------------------------------------------- engine
-plugin_manager = partial(kit.plugin_manager, hami_iluvatar.plugin)
+ILUVATAR = kit.VendorKit(hami_iluvatar.plugin, "iluvatars")
+#: The plugin manager with hami-iluvatar; an engine on an ``iluvatars:`` section (a list of chips; the chart's
+#: chips when ``None``) at a fake time.
+plugin_manager, make_engine = ILUVATAR.plugin_manager, ILUVATAR.engine
 
 
-def make_engine(iluvatars: Any = None, *, clock: Any = None, scheduler: Mapping[str, Any] | None = None) -> Engine:
-    """An engine with only the built-in plugins and hami-iluvatar (chart chips unless ``iluvatars`` is given)."""
-    return kit.engine_with(hami_iluvatar.plugin, config={"iluvatars": iluvatars if iluvatars is not None else {}},
-                           scheduler=scheduler, clock=clock)
-
-
-def make_backend(chip: str = CHIP, **entry: Any) -> DeviceBackend:
+def make_backend(chip: str = CHIP, **entry: Any) -> IluvatarBackend:
     """The backend of one ``iluvatars:`` entry given by chip name and HAMi's camelCase keys."""
-    return ilu.make_backend(IluvatarChipConfig.model_validate({"chipName": chip, **entry}))
+    return IluvatarBackend.from_config(IluvatarChipConfig.model_validate({"chipName": chip, **entry}))
 
 
 # --------------------------------------------------------------------------------------------- pods
-#: A container whose quantities stay as given.
-container = partial(kit.container, as_strings=False)
+#: A container whose quantities stay as given; the kit's pod, named ``p`` with UID ``uid-<name>``.
+container, make_pod = ILUVATAR.container, ILUVATAR.pod
 
 
 def ilu_container(name: str = "c", gpus: int | str = 1, mem: int | str | None = None,
@@ -65,11 +61,6 @@ def ilu_container(name: str = "c", gpus: int | str = 1, mem: int | str | None = 
     """A container with Iluvatar limits for ``chip`` (``mem`` in 256 MiB units; values as strings)."""
     names = ResourceNames(f"iluvatar.ai/{chip}-vgpu", f"iluvatar.ai/{chip}.vMem", cores=f"iluvatar.ai/{chip}.vCore")
     return kit.device_container(names, gpus, mem, cores, name=name, **extra)
-
-
-def make_pod(*containers: Mapping[str, Any], name: str = "p", **kwargs: Any) -> dict[str, Any]:
-    """The kit's pod, named ``p`` with UID ``uid-<name>``."""
-    return kit.pod(*containers, name=name, uid=f"uid-{name}", **kwargs)
 
 
 def running_pod(name: str, node: str, allocated: Mapping[str, str] | str, *, containers: int = 1) -> dict[str, Any]:
@@ -121,10 +112,10 @@ def request(nums: int = 1, memreq: int = 0, coresreq: int = 0, pct: int | None =
 
 
 def fit(devices: Sequence[DeviceUsage], req: DeviceRequest, *, pod_annotations: Mapping[str, str] | None = None,
-        policy: GpuPolicy | None = None, backend: DeviceBackend | None = None) -> FitResult:
-    """``hami_iluvatar.backend.filter_nodes`` on one node whose devices are given in HAMi's sorted order.
+        policy: GpuPolicy | None = None, backend: IluvatarBackend | None = None) -> FitResult:
+    """:meth:`IluvatarBackend.hami_filter_nodes` on one node whose devices are given in HAMi's sorted order.
 
     Fit walks the list from the last device to the first, like HAMi.
     """
-    return kit.fit_one(ilu.filter_nodes, backend or make_backend(), devices, req, pod_annotations=pod_annotations,
-                       policy=policy)
+    chip = backend or make_backend()
+    return kit.fit_one(chip.hami_filter_nodes, chip, devices, req, pod_annotations=pod_annotations, policy=policy)

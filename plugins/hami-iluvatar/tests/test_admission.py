@@ -18,11 +18,10 @@ from iluvatar_testlib import (
 )
 
 from hami_core.plugins.errors import AdmissionDenied, AdmissionFailed
-from hami_iluvatar import backend as ilu
+from hami_core.testing import container_limits
 
-
-def limits(pod: dict[str, Any], i: int = 0) -> dict[str, Any]:
-    return pod["spec"]["containers"][i].get("resources", {}).get("limits", {})
+#: The limits of a pod's i-th app container.
+limits = container_limits
 
 
 def env(pod: dict[str, Any], i: int = 0) -> list[dict[str, Any]]:
@@ -33,7 +32,7 @@ def env(pod: dict[str, Any], i: int = 0) -> list[dict[str, Any]]:
 def test_two_cards_have_resource_and_get_200_cores() -> None:
     pod = make_pod(ilu_container("trainer", gpus=2))
     ctr = pod["spec"]["containers"][0]
-    assert ilu.mutate_container(make_backend(), pod, ctr) is True
+    assert make_backend().hami_mutate_container(pod, ctr).requested is True
     assert ctr["resources"]["limits"] == {VGPU: "2", VCORE: "200"}
 
 
@@ -81,7 +80,7 @@ def test_unnamed_container_gets_no_env() -> None:
     pod = make_pod(ilu_container("x", gpus=2))
     ctr = pod["spec"]["containers"][0]
     del ctr["name"]
-    assert ilu.mutate_container(make_backend(), pod, ctr) is True
+    assert make_backend().hami_mutate_container(pod, ctr).requested is True
     assert "env" not in ctr
     assert ctr["resources"]["limits"][VCORE] == "200"
 
@@ -119,7 +118,7 @@ def test_memory_or_cores_without_count_change_nothing() -> None:
 def test_other_chips_do_not_touch_the_container() -> None:
     pod = make_pod(ilu_container("c", gpus=2))
     ctr = pod["spec"]["containers"][0]
-    assert ilu.mutate_container(make_backend("BI-V150"), pod, ctr) is False
+    assert make_backend("BI-V150").hami_mutate_container(pod, ctr).requested is False
     assert ctr == ilu_container("c", gpus=2)
 
 

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-import pytest
-
 import hami_iluvatar.plugin
 from hami_core.testing import DeviceBackendConformance, container, node, pod
 
@@ -18,19 +14,7 @@ def _card(id: str, index: int) -> str:
 
 
 class TestIluvatarConformance(DeviceBackendConformance):
-    @pytest.fixture
-    def plugin_module(self) -> Any:
-        return hami_iluvatar.plugin
-
-    @pytest.fixture
-    def device_config(self) -> dict[str, Any]:
-        return {"iluvatars": {}}  # the chart's chips
-
-    @pytest.fixture
-    def device_node(self) -> dict[str, Any]:
-        return node("ilu-node", annotations={f"hami.io/node-{CHIP}-register": _card("ilu-0", 0) + _card("ilu-1", 1)})
-
-    @pytest.fixture
-    def fitting_pod(self) -> dict[str, Any]:
-        return pod(container(limits={f"iluvatar.ai/{CHIP}-vgpu": 1, f"iluvatar.ai/{CHIP}.vMem": 4,
+    plugin, config = hami_iluvatar.plugin, {"iluvatars": {}}  # the chart's chips
+    node_json = node("ilu-node", annotations={f"hami.io/node-{CHIP}-register": _card("ilu-0", 0) + _card("ilu-1", 1)})
+    pod_json = pod(container(limits={f"iluvatar.ai/{CHIP}-vgpu": 1, f"iluvatar.ai/{CHIP}.vMem": 4,
                                      f"iluvatar.ai/{CHIP}.vCore": 25}), name="corex")

@@ -1,6 +1,6 @@
 """Iluvatar ``Fit``: HAMi's standard template (vendors A.7, F.3, F.4).
 
-Most vectors call ``hami_iluvatar.backend.filter_nodes`` directly with devices in HAMi's sorted order
+Most vectors call ``IluvatarBackend.hami_filter_nodes`` directly with devices in HAMi's sorted order
 (Fit walks them from the last to the first); the end-to-end ones run through the engine.
 """
 
@@ -28,8 +28,7 @@ from iluvatar_testlib import (
     usage,
 )
 
-from hami_core.plugins.types import FilterCode, FitCandidate
-from hami_iluvatar import backend as ilu
+from hami_core.plugins.types import DeviceRequest, DeviceUsage, FilterCode, FitCandidate
 
 
 def two_cards() -> list:
@@ -44,8 +43,24 @@ def test_picks_the_last_device_and_books_the_request() -> None:
         ("ilu-1", "MR-V100", 1024, 50, 1)]
 
 
-def test_unhealthy() -> None:
-    assert fit([usage("ilu-0", health=False)], request(1, memreq=1024)).reason == "1/1 CardNotHealth"
+# One card, refused for one reason (HAMi's checks in their order, each alone).
+@pytest.mark.parametrize(("device", "req", "reason"), [
+    pytest.param(usage("ilu-0", health=False), request(1, memreq=1024), "CardNotHealth", id="unhealthy"),
+    pytest.param(usage("ilu-0", usedmem=8000), request(1, memreq=256), "CardInsufficientMemory",
+                 id="insufficient_memory"),
+    pytest.param(usage("ilu-0", used=1, usedcores=60), request(1, memreq=256, coresreq=50), "CardInsufficientCore",
+                 id="insufficient_core"),
+    pytest.param(usage("ilu-0", count=2, used=2, usedmem=512), request(1, memreq=256), "CardTimeSlicingExhausted",
+                 id="time_slicing_exhausted"),
+    # An exclusive (100-core) request needs an idle card.
+    pytest.param(usage("ilu-0", used=1, usedmem=256), request(1, memreq=256, coresreq=100),
+                 "ExclusiveDeviceAllocateConflict", id="exclusive_request_needs_an_idle_card"),
+    # A zero-core task does not fit beside one holding all cores.
+    pytest.param(usage("ilu-0", used=1, usedmem=256, usedcores=100), request(1, memreq=256),
+                 "CardComputeUnitsExhausted", id="compute_exhausted_for_zero_core_tasks"),
+])
+def test_one_card_refused(device: DeviceUsage, req: DeviceRequest, reason: str) -> None:
+    assert fit([device], req).reason == f"1/1 {reason}"
 
 
 def test_type_mismatch_for_another_chip_request() -> None:
@@ -59,39 +74,15 @@ def test_health_is_checked_before_type() -> None:
     assert fit(devs, request(1, memreq=1, type="BI-V150")).reason == "1/2 CardNotHealth, 1/2 CardTypeMismatch"
 
 
-def test_insufficient_memory() -> None:
-    assert fit([usage("ilu-0", usedmem=8000)], request(1, memreq=256)).reason == "1/1 CardInsufficientMemory"
-
-
 def test_whole_memory_request_needs_an_untouched_card() -> None:
     # No .vMem: percentage 100, so the card's whole memory is booked.
     assert [(d.uuid, d.usedmem) for d in fit([usage("ilu-0")], request(1)).devices] == [("ilu-0", 8192)]
     assert fit([usage("ilu-0", used=1, usedmem=256)], request(1)).reason == "1/1 CardInsufficientMemory"
 
 
-def test_insufficient_core() -> None:
-    devs = [usage("ilu-0", used=1, usedcores=60)]
-    assert fit(devs, request(1, memreq=256, coresreq=50)).reason == "1/1 CardInsufficientCore"
-
-
-def test_time_slicing_exhausted() -> None:
-    devs = [usage("ilu-0", count=2, used=2, usedmem=512)]
-    assert fit(devs, request(1, memreq=256)).reason == "1/1 CardTimeSlicingExhausted"
-
-
 def test_cores_over_100_are_clamped() -> None:
     result = fit([usage("ilu-0")], request(1, memreq=256, coresreq=200))
     assert [(d.uuid, d.usedcores) for d in result.devices] == [("ilu-0", 100)]
-
-
-def test_exclusive_request_needs_an_idle_card() -> None:
-    devs = [usage("ilu-0", used=1, usedmem=256)]
-    assert fit(devs, request(1, memreq=256, coresreq=100)).reason == "1/1 ExclusiveDeviceAllocateConflict"
-
-
-def test_compute_exhausted_for_zero_core_tasks() -> None:
-    devs = [usage("ilu-0", used=1, usedmem=256, usedcores=100)]
-    assert fit(devs, request(1, memreq=256)).reason == "1/1 CardComputeUnitsExhausted"
 
 
 def test_more_cards_than_fit() -> None:
@@ -174,7 +165,8 @@ def test_one_result_per_candidate_in_order() -> None:
     cands = [FitCandidate(FakeNode("a"), [usage("a0", usedmem=8192)], {}),
              FitCandidate(FakeNode("b"), [usage("b0", health=False)], {}),
              FitCandidate(FakeNode("c"), [usage("c0")], {})]
-    results = ilu.filter_nodes(make_backend(), make_pod(container()), request(1, memreq=256), cands, gpu_policy())
+    results = make_backend().hami_filter_nodes(make_pod(container()), request(1, memreq=256), cands, gpu_policy(),
+                                               quota=None)
     assert [r.reason if not r.ok else chosen(r) for r in results] == [
         "1/1 CardInsufficientMemory", "1/1 CardNotHealth", ["c0"]]
 

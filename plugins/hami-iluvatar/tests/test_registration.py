@@ -22,7 +22,6 @@ from iluvatar_testlib import (
 
 from hami_core.plugins.errors import WireFormatError
 from hami_core.plugins.types import DeviceInfo
-from hami_iluvatar import backend as ilu
 
 TWO_HOURS = 2 * 3600.0
 #: The F.2/F.4 registration vector.
@@ -34,28 +33,28 @@ MR_V100_ONLY = [{"chipName": "MR-V100"}]
 
 # ------------------------------------------------------------------------------------ decoding
 def test_spec_vector() -> None:
-    (dev,) = ilu.node_devices(make_backend(), make_node("n", SPEC_CSV))
+    (dev,) = make_backend().hami_node_devices(make_node("n", SPEC_CSV))
     assert dev == DeviceInfo(id="GPU-bad51c5a-ed4c-591d-91bf-c04a12e19eae", index=0, count=10, devmem=8192,
                              devcore=100, type="MR-V100", numa=0, mode="hami-core", health=True)
 
 
 def test_nine_field_devices_and_several_cards() -> None:
     raw = "ilu-0,4,32768,100,BI-V150,0,true,0,hami-core:ilu-1,4,32768,100,BI-V150,1,false,1,test:"
-    devs = ilu.node_devices(make_backend("BI-V150"), make_node("n", {"hami.io/node-BI-V150-register": raw}))
+    devs = make_backend("BI-V150").hami_node_devices(make_node("n", {"hami.io/node-BI-V150-register": raw}))
     assert [(d.id, d.index, d.count, d.devmem, d.numa, d.health, d.mode) for d in devs] == [
         ("ilu-0", 0, 4, 32768, 0, True, "hami-core"), ("ilu-1", 1, 4, 32768, 1, False, "test")]
 
 
 def test_go_bools_and_empty_segments() -> None:
     raw = "a,1,1024,100,MR-V100,0,T::b,1,1024,100,MR-V100,0,0:"
-    assert [(d.id, d.health) for d in ilu.node_devices(make_backend(), make_node("n", raw))] == [
+    assert [(d.id, d.health) for d in make_backend().hami_node_devices(make_node("n", raw))] == [
         ("a", True), ("b", False)]
 
 
 def test_no_annotation_means_no_devices() -> None:
-    assert ilu.node_devices(make_backend(), make_node("n")) == []
+    assert make_backend().hami_node_devices(make_node("n")) == []
     # Another chip's registration is not ours.
-    assert ilu.node_devices(make_backend("BI-V150"), make_node("n", SPEC_CSV)) == []
+    assert make_backend("BI-V150").hami_node_devices(make_node("n", SPEC_CSV)) == []
 
 
 @pytest.mark.parametrize(("raw", "message"), [
@@ -70,7 +69,7 @@ def test_no_annotation_means_no_devices() -> None:
 ])
 def test_malformed_registration_names_the_annotation(raw: str, message: str) -> None:
     with pytest.raises(WireFormatError) as info:
-        ilu.node_devices(make_backend(), make_node("n", raw))
+        make_backend().hami_node_devices(make_node("n", raw))
     assert str(info.value).startswith(f"{REGISTER}: ")
     assert message in str(info.value)
 

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from iluvatar_testlib import VCORE, VGPU, VMEM, container, ilu_container, make_engine, make_pod
 
 from hami_core.plugins.types import DeviceRequest
+from hami_core.testing import container_request
 
 NONE: dict[str, Any] = {}
 MAX_VMEM = (2**31 - 1) // 256  # 8388607 units
@@ -18,9 +19,7 @@ ENGINE = make_engine()
 
 def first(engine: Any, ctr: dict[str, Any], chip: str = "MR-V100") -> DeviceRequest | None:
     """The request of a one-container pod for ``chip``, or None when HAMi would produce ``Nums == 0``."""
-    reqs = engine.requests(make_pod(ctr))
-    assert len(reqs.containers) == 1
-    return reqs.containers[0].get(chip)
+    return container_request(engine, ctr, chip)
 
 
 def req(nums: int, memreq: int, pct: int, cores: int, chip: str = "MR-V100") -> DeviceRequest:

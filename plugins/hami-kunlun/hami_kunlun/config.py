@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
-from hami_core.engine.config import pydantic_error
-from hami_core.plugins.errors import ConfigError
+from pydantic import BaseModel, ConfigDict, Field
 
 SECTION = "kunlun"
 
@@ -21,7 +16,8 @@ class KunlunConfig(BaseModel):
     """HAMi's ``KunlunConfig``: the whole-card count resource and the vXPU count and memory resources.
 
     One section enables both backends (HAMi's ``InitKunlunDevice`` and ``InitKunlunVDevice`` read the
-    same ``KunlunConfig``). Keys are HAMi's camelCase names.
+    same ``KunlunConfig``). Keys are HAMi's camelCase names; validate a section with
+    ``parse_section(SECTION, KunlunConfig, value)`` (``None`` or ``{}``: the chart defaults).
     """
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
@@ -29,18 +25,3 @@ class KunlunConfig(BaseModel):
     resource_count_name: str = Field(DEFAULT_RESOURCE_COUNT, alias="resourceCountName", min_length=1)
     resource_vcount_name: str = Field(DEFAULT_RESOURCE_VCOUNT, alias="resourceVCountName", min_length=1)
     resource_vmemory_name: str = Field(DEFAULT_RESOURCE_VMEMORY, alias="resourceVMemoryName", min_length=1)
-
-
-def parse_config(section: Any) -> KunlunConfig:
-    """Validate the ``kunlun:`` section; a bad field raises :class:`ConfigError` naming ``kunlun.<field>``.
-
-    ``None`` (a YAML ``kunlun:`` with an empty body) and ``{}`` mean the chart defaults.
-    """
-    if section is None:
-        section = {}
-    if not isinstance(section, dict):
-        raise ConfigError(f"{SECTION}: must be a mapping, got {type(section).__name__}")
-    try:
-        return KunlunConfig.model_validate(section)
-    except ValidationError as exc:
-        raise pydantic_error(SECTION, exc) from None

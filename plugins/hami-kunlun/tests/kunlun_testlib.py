@@ -14,7 +14,9 @@ from hami_core.testing import T0 as T0
 from hami_core.testing import container as container
 from hami_core.testing import node as node
 from hami_core.testing import pod as pod
-from hami_kunlun import backend as kl
+from hami_kunlun.config import KunlunConfig
+from hami_kunlun.kunlun import KUNLUN, KunlunBackend
+from hami_kunlun.xpu import XPU_REGISTER, XpuBackend
 
 XPU_RES = "kunlunxin.com/xpu"
 VXPU = "kunlunxin.com/vxpu"
@@ -36,7 +38,7 @@ def xpu_register(*cards: tuple[str, int], count: int = 4, devmem: int = 98304) -
 
 
 def xpu_node(name: str = "xpu-node", n: int = 8, **kw: Any) -> dict[str, Any]:
-    return node(name, annotations={kl.XPU_REGISTER: xpu_register(*((f"XPU-{i}", i) for i in range(n)), **kw)},
+    return node(name, annotations={XPU_REGISTER: xpu_register(*((f"XPU-{i}", i) for i in range(n)), **kw)},
                 allocatable={VXPU: n * 4})
 
 
@@ -61,8 +63,9 @@ def usages(used: Sequence[int] = (), *, n: int = 8, usedmem: Mapping[int, int] |
 def fit(devs: Sequence[DeviceUsage], req: DeviceRequest, *, annotations: Mapping[str, str] | None = None,
         gpu: str = "spread") -> FitResult:
     """The whole-card or vXPU filter (by ``req.backend``) on one node holding ``devs``."""
-    filt = kl.kunlun_filter if req.backend == kl.KUNLUN else kl.xpu_filter
-    return kit.fit_one(filt, None, devs, req, pod_annotations=annotations, policy=kit.gpu_policy(gpu))
+    backend = (KunlunBackend if req.backend == KUNLUN else XpuBackend).from_config(KunlunConfig())
+    return kit.fit_one(backend.hami_filter_nodes, backend, devs, req, pod_annotations=annotations,
+                       policy=kit.gpu_policy(gpu))
 
 
 def idx(res: FitResult) -> list[int]:

@@ -7,9 +7,6 @@ The whole-card ``kunlun`` backend registers through node capacity, so it declare
 from __future__ import annotations
 
 import json
-from typing import Any
-
-import pytest
 
 import hami_kunlun.plugin
 from hami_core.testing import DeviceBackendConformance, container, node, pod
@@ -18,25 +15,10 @@ XPU_RES = "kunlunxin.com/xpu"
 
 
 class TestKunlunConformance(DeviceBackendConformance):
-    @pytest.fixture
-    def plugin_module(self) -> Any:
-        return hami_kunlun.plugin
-
-    @pytest.fixture
-    def device_config(self) -> dict[str, Any]:
-        return {"kunlun": {}}
-
-    @pytest.fixture
-    def device_node(self) -> dict[str, Any]:
-        return node("kl-node", allocatable={XPU_RES: 8})
-
-    @pytest.fixture
-    def fitting_pod(self) -> dict[str, Any]:
-        return pod(container(limits={XPU_RES: 1}), name="xpu")
-
-    @pytest.fixture
-    def malformed_node(self) -> tuple[dict[str, Any], str]:
-        return node("kl-node", allocatable={XPU_RES: "eight"}), XPU_RES
+    plugin, config = hami_kunlun.plugin, {"kunlun": {}}
+    node_json = node("kl-node", allocatable={XPU_RES: 8})
+    pod_json = pod(container(limits={XPU_RES: 1}), name="xpu")
+    malformed = node("kl-node", allocatable={XPU_RES: "eight"}), XPU_RES
 
 
 def _register() -> str:
@@ -45,19 +27,7 @@ def _register() -> str:
 
 
 class TestXpuConformance(DeviceBackendConformance):
-    @pytest.fixture
-    def plugin_module(self) -> Any:
-        return hami_kunlun.plugin
-
-    @pytest.fixture
-    def device_config(self) -> dict[str, Any]:
-        return {"kunlun": {}}
-
-    @pytest.fixture
-    def device_node(self) -> dict[str, Any]:
-        return node("xpu-node", annotations={"hami.io/node-register-xpu": _register()},
-                    allocatable={"kunlunxin.com/vxpu": 8})
-
-    @pytest.fixture
-    def fitting_pod(self) -> dict[str, Any]:
-        return pod(container(limits={"kunlunxin.com/vxpu": 1, "kunlunxin.com/vxpu-memory": 24576}), name="vxpu")
+    plugin, config = hami_kunlun.plugin, {"kunlun": {}}
+    node_json = node("xpu-node", annotations={"hami.io/node-register-xpu": _register()},
+                     allocatable={"kunlunxin.com/vxpu": 8})
+    pod_json = pod(container(limits={"kunlunxin.com/vxpu": 1, "kunlunxin.com/vxpu-memory": 24576}), name="vxpu")

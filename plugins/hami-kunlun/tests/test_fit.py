@@ -8,7 +8,7 @@ import pytest
 from kunlun_testlib import fit, idx, usages
 
 from hami_core.plugins.types import DeviceRequest
-from hami_kunlun import backend as kl
+from hami_kunlun.topo import calc_score, count_bubbles
 
 
 def whole(n: int) -> DeviceRequest:
@@ -103,8 +103,8 @@ def test_vxpu_mutex_needs_idle_cards() -> None:
     ([0], [0, 1], 3000.0), ([0], [4], 2000.0), ([0, 1], [0], 1000.0), ([0, 1, 2, 3], [0], 0.0),
     ([0, 1, 2, 3], list(range(8)), 3000.0), ([], [0], 0.0)])
 def test_bubble_score(prev: list[int], cur: list[int], score: float) -> None:
-    assert kl.calc_score(prev, cur) == score
+    assert calc_score(prev, cur) == score
 
 
 def test_count_bubbles() -> None:
-    assert [kl.count_bubbles(x) for x in ([], [0, 1, 2, 3], [0], [4], [0, 1])] == [1, 1, 3, 3, 2]
+    assert [count_bubbles(x) for x in ([], [0, 1, 2, 3], [0], [4], [0, 1])] == [1, 1, 3, 3, 2]

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import importlib.metadata
 
-import pytest
 from kunlun_testlib import make_engine
 
 import hami_kunlun.plugin
-from hami_core.plugins.errors import ConfigError
 from hami_core.plugins.manager import ENTRY_POINT_GROUP, get_plugin_manager
 from hami_core.plugins.types import ResourceNames
+from hami_core.testing import ConfigSectionChecks
+from hami_kunlun.config import SECTION, KunlunConfig
 
 
 def test_entry_point_is_installed_and_loaded() -> None:
@@ -51,8 +51,6 @@ def test_custom_resource_names() -> None:
     assert engine.backends["XPU"].resource_names.memory == "example.com/vxpu-mem"
 
 
-@pytest.mark.parametrize(("section", "field"), [({"resourceCountName": ""}, "kunlun.resourceCountName"),
-                                                 ({"bogus": 1}, "kunlun.bogus")])
-def test_bad_field_names_the_field(section: dict, field: str) -> None:
-    with pytest.raises(ConfigError, match=field):
-        make_engine(section)
+class TestSection(ConfigSectionChecks):
+    plugin, section, model, not_a_mapping = hami_kunlun.plugin, SECTION, KunlunConfig, ["kunlunxin.com/xpu"]
+    bad_sections = [{"resourceCountName": ""}, {"bogus": 1}]

@@ -10,7 +10,8 @@ from kunlun_testlib import VMEM, VXPU, XPU_RES, container, kunlun_node, make_eng
 
 from hami_core.sim.loader import load_objects
 from hami_core.wire import keys
-from hami_kunlun import backend as kl
+from hami_kunlun.kunlun import DEVICE_IDX, KUNLUN_ALLOCATED
+from hami_kunlun.xpu import XPU_ALLOCATED, XPU_TO_ALLOCATE
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "kunlun"
 
@@ -21,8 +22,8 @@ def test_whole_card_decision_annotations_and_booking() -> None:
     p = engine.admit(pod(container(limits={XPU_RES: 2}), name="a"))
     d = engine.schedule(p)
     assert d.node == "n1"
-    assert d.annotations[kl.KUNLUN_ALLOCATED] == "n1-kunlun-0,kunlun,98304,100:n1-kunlun-1,kunlun,98304,100:;"
-    assert d.annotations[kl.DEVICE_IDX] == "0,1"
+    assert d.annotations[KUNLUN_ALLOCATED] == "n1-kunlun-0,kunlun,98304,100:n1-kunlun-1,kunlun,98304,100:;"
+    assert d.annotations[DEVICE_IDX] == "0,1"
     assert "hami.io/kunlun-devices-to-allocate" not in d.annotations
     assert not any(k.startswith("hami.io/xpu") for k in d.annotations)
     engine.reserve(p, d)
@@ -37,27 +38,27 @@ def test_device_idx_is_the_last_container_with_cards() -> None:
     engine.upsert_node(kunlun_node("n1"))
     p = pod(container("a", limits={XPU_RES: 1}), container("b"), container("c", limits={XPU_RES: 1}))
     d = engine.schedule(p)
-    assert d.annotations[kl.KUNLUN_ALLOCATED] == "n1-kunlun-0,kunlun,98304,100:;;n1-kunlun-1,kunlun,98304,100:;"
-    assert d.annotations[kl.DEVICE_IDX] == "1"
+    assert d.annotations[KUNLUN_ALLOCATED] == "n1-kunlun-0,kunlun,98304,100:;;n1-kunlun-1,kunlun,98304,100:;"
+    assert d.annotations[DEVICE_IDX] == "1"
 
 
 def test_existing_pods_are_rebuilt_and_score_prefers_less_fragmentation() -> None:
     engine = make_engine()
     for name in ("frag", "idle"):
         engine.upsert_node(kunlun_node(name))
-    engine.upsert_pod(running("old", "frag", kl.KUNLUN_ALLOCATED, "frag-kunlun-0,kunlun,98304,100:;"))
+    engine.upsert_pod(running("old", "frag", KUNLUN_ALLOCATED, "frag-kunlun-0,kunlun,98304,100:;"))
     assert engine.nodes["frag"].devices["kunlun"][0].used == 1
     d = engine.schedule(pod(container(limits={XPU_RES: 1}), name="new"))
     # frag: previous {0}, current {1} -> delta 0 -> 2000; idle: previous {}, current {0} -> delta 2 -> 0.
     assert d.node == "frag"
-    assert d.annotations[kl.DEVICE_IDX] == "1"
+    assert d.annotations[DEVICE_IDX] == "1"
     assert d.scores["frag"] - d.scores["idle"] > 1999
 
 
 def test_full_node_fails_with_numa_not_fit() -> None:
     engine = make_engine()
     engine.upsert_node(kunlun_node("n1"))
-    engine.upsert_pod(running("old", "n1", kl.KUNLUN_ALLOCATED, "n1-kunlun-5,kunlun,98304,100:;"))
+    engine.upsert_pod(running("old", "n1", KUNLUN_ALLOCATED, "n1-kunlun-5,kunlun,98304,100:;"))
     d = engine.schedule(pod(container(limits={XPU_RES: 8})))
     assert d.node is None and d.failed["n1"] == "1/8 NumaNotFit"
     d = engine.schedule(pod(container(limits={XPU_RES: 9})))
@@ -75,9 +76,9 @@ def test_vxpu_decision_lock_and_reserve_then_schedule() -> None:
         engine.reserve(p, d)
         pods.append((p, d))
     p0, d0 = pods[0]
-    value = d0.annotations[kl.XPU_ALLOCATED]
+    value = d0.annotations[XPU_ALLOCATED]
     assert value.endswith(",XPU,24576,25:;")
-    assert d0.annotations[kl.XPU_TO_ALLOCATE] == value
+    assert d0.annotations[XPU_TO_ALLOCATE] == value
     assert [(x.used, x.usedmem, x.usedcores) for x in engine.nodes["x1"].devices["XPU"]] == [(4, 98304, 100)] * 2
     d = engine.schedule(pod(container(limits={VXPU: 1, VMEM: 1})))
     assert d.failed["x1"] == "1/2 NumaNotFit"
@@ -91,7 +92,7 @@ def test_vxpu_decision_lock_and_reserve_then_schedule() -> None:
 def test_vxpu_card_hosts_only_one_slice_size() -> None:
     engine = make_engine()
     engine.upsert_node(xpu_node("x1", 1))
-    engine.upsert_pod(running("q", "x1", kl.XPU_ALLOCATED, "XPU-0,XPU,24576,25:;"))
+    engine.upsert_pod(running("q", "x1", XPU_ALLOCATED, "XPU-0,XPU,24576,25:;"))
     d = engine.schedule(pod(container(limits={VXPU: 1, VMEM: 49152})))
     assert d.failed["x1"] == "1/1 NumaNotFit"
     assert engine.schedule(pod(container(limits={VXPU: 1, VMEM: 24576}))).node == "x1"
@@ -116,7 +117,7 @@ def test_examples_load_and_schedule_onto_the_example_node() -> None:
         engine.reserve(p, d)
         placed[p["metadata"]["name"]] = d.annotations
     assert list(placed) == ["two-cards", "vxpu-quarter", "vxpu-half-pinned", "vxpu-whole"]
-    assert placed["two-cards"][kl.DEVICE_IDX] == "0,1"
-    assert placed["vxpu-quarter"][kl.XPU_ALLOCATED].endswith(",XPU,24576,25:;")
-    assert placed["vxpu-half-pinned"][kl.XPU_ALLOCATED] == "XPU-6,XPU,49152,50:;"
-    assert placed["vxpu-whole"][kl.XPU_ALLOCATED].endswith(",XPU,98304,100:;")
+    assert placed["two-cards"][DEVICE_IDX] == "0,1"
+    assert placed["vxpu-quarter"][XPU_ALLOCATED].endswith(",XPU,24576,25:;")
+    assert placed["vxpu-half-pinned"][XPU_ALLOCATED] == "XPU-6,XPU,49152,50:;"
+    assert placed["vxpu-whole"][XPU_ALLOCATED].endswith(",XPU,98304,100:;")

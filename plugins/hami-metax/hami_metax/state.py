@@ -2,15 +2,14 @@
 
 HAMi's ``MetaxSDevices`` keeps a "jittery QoS" cache (``qos.go``) and reads the app class of the pods
 on each device from its pod cache (``DeviceUsage.PodInfos``). hami-core hands plugins device usage
-without the pods behind it, so this module keeps both pieces of state itself; it hangs on the
-``metax:`` config object (:attr:`hami_metax.config.MetaxConfig.state`), so every engine has its own.
+without the pods behind it, so the backend keeps both pieces of state itself, as fields of
+:class:`hami_metax.sgpu.SgpuBackend`; every engine builds its own backends, so every engine has its own.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 
 ONLINE = "online"
 OFFLINE = "offline"
@@ -126,11 +125,3 @@ class PodClasses:
                 keys.discard(pod_key)
                 if not keys:
                     del self._by_uuid[uuid]
-
-
-@dataclass(eq=False)
-class SgpuState:
-    """Everything the sGPU backend remembers between calls (per engine)."""
-
-    jittery: JitteryQosCache = field(default_factory=JitteryQosCache)
-    pods: PodClasses = field(default_factory=PodClasses)

@@ -8,21 +8,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from functools import partial
 from typing import Any
 
 import hami_metax.plugin
 from hami_core import testing as kit
-from hami_core.engine.facade import Engine
-from hami_core.plugins.types import DeviceBackend, DeviceRequest, DeviceUsage, ResourceNames
+from hami_core.plugins.types import DeviceRequest, DeviceUsage, ResourceNames
 from hami_core.testing import T0 as T0
 from hami_core.testing import Clock as Clock
 from hami_core.testing import FakeNode as FakeNode
 from hami_core.testing import candidate as candidate
 from hami_core.testing import chosen as chosen
 from hami_core.wire import keys
-from hami_metax import backend as mx
-from hami_metax.config import parse_config
+from hami_metax import sgpu as mx
+from hami_metax.config import MetaxConfig
+from hami_metax.gpu import GpuBackend
 
 GPU = "metax-tech.com/gpu"
 SGPU = "metax-tech.com/sgpu"
@@ -35,24 +34,22 @@ NODE_POLICY = keys.NODE_SCHEDULER_POLICY
 
 
 # --------------------------------------------------------------------------------------------- engine
-plugin_manager = partial(kit.plugin_manager, hami_metax.plugin)
+METAX = kit.VendorKit(hami_metax.plugin, "metax", MetaxConfig)
+#: The plugin manager with hami-metax; an engine on a ``metax:`` section (the defaults when ``None``) at a fake
+#: time; the section validated as the plugin validates it.
+plugin_manager, make_engine, parse_config = METAX.plugin_manager, METAX.engine, METAX.parse_config
 
 
-def make_engine(metax: Mapping[str, Any] | None = None, *, scheduler: Mapping[str, Any] | None = None,
-                clock: Any = None) -> Engine:
-    """An engine with only the built-in plugins and hami-metax, at a fake time."""
-    return kit.engine_with(hami_metax.plugin, config={"metax": dict(metax or {})}, scheduler=scheduler, clock=clock)
-
-
-def backends(**metax: Any) -> tuple[DeviceBackend, DeviceBackend]:
+def backends(**metax: Any) -> tuple[GpuBackend, mx.SgpuBackend]:
     """(MetaX GPU, MetaX sGPU) backends of one ``metax:`` section given as keyword arguments."""
-    gpu, sgpu = mx.make_backends(parse_config(metax))
-    return gpu, sgpu
+    cfg = parse_config(metax)
+    return GpuBackend.from_config(cfg), mx.SgpuBackend.from_config(cfg)
 
 
 # --------------------------------------------------------------------------------------------- pods
-#: A container whose quantities stay as given (the request tests also feed YAML integers).
-container = partial(kit.container, as_strings=False)
+#: A container whose quantities stay as given (the request tests also feed YAML integers); the kit's pod, named
+#: ``p`` with UID ``uid-<name>`` unless given.
+container, make_pod = METAX.container, METAX.pod
 
 
 def sgpu_container(name: str = "c", count: int | str = 1, mem: int | str | None = None,
@@ -63,11 +60,6 @@ def sgpu_container(name: str = "c", count: int | str = 1, mem: int | str | None 
 
 def gpu_container(name: str = "c", count: int | str = 1) -> dict[str, Any]:
     return container(name, limits={GPU: str(count)})
-
-
-def make_pod(*containers: Mapping[str, Any], name: str = "p", uid: str | None = None, **kwargs: Any) -> dict[str, Any]:
-    """The kit's pod, named ``p`` with UID ``uid-<name>`` unless given."""
-    return kit.pod(*containers, name=name, uid=uid or f"uid-{name}", **kwargs)
 
 
 def running_pod(name: str, node: str, allocated: str, *, key: str = mx.SGPU_ALLOCATED, containers: int = 1,

@@ -2,21 +2,25 @@
 
 from __future__ import annotations
 
-import pytest
-from metax_testlib import container, make_engine, make_pod
+from metax_testlib import container, make_engine, make_pod, parse_config
 
-from hami_core.plugins.errors import ConfigError
+import hami_metax.plugin
 from hami_core.plugins.types import DeviceRequest
-from hami_metax.config import MetaxConfig, parse_config
+from hami_core.testing import ConfigSectionChecks, assert_fields
+from hami_metax.config import MetaxConfig
+
+
+class TestSection(ConfigSectionChecks):
+    plugin, section, model, not_a_mapping = hami_metax.plugin, "metax", MetaxConfig, ["metax-tech.com/gpu"]
+    bad_sections = [{"resourceCountName": ""}, {"resourceVCountName": ""}, {"resourceVCountName": 7},
+                    {"sgpuTopologyAware": "sometimes"}, {"sgpuTopologyAwre": True},
+                    {"resourceVMemoryName": ["metax-tech.com/vmemory"]}]
 
 
 def test_chart_defaults() -> None:
     cfg = parse_config({})
-    assert cfg == parse_config(None)
-    assert cfg.resource_count_name == "metax-tech.com/gpu"
-    assert cfg.resource_vcount_name == "metax-tech.com/sgpu"
-    assert cfg.resource_vmemory_name == "metax-tech.com/vmemory"
-    assert cfg.resource_vcore_name == "metax-tech.com/vcore"
+    assert_fields(cfg, resource_count_name="metax-tech.com/gpu", resource_vcount_name="metax-tech.com/sgpu",
+                  resource_vmemory_name="metax-tech.com/vmemory", resource_vcore_name="metax-tech.com/vcore")
     assert cfg.sgpu_topology_aware is False
 
 
@@ -49,27 +53,3 @@ def test_custom_resource_names_flow_into_admission() -> None:
     out = engine.admit(make_pod(container(limits={"example.com/smx": "1"})))
     assert out["metadata"]["annotations"] == {"metax-tech.com/sgpu-qos-policy": "best-effort"}
     assert out["spec"]["schedulerName"] == "hami-scheduler"
-
-
-@pytest.mark.parametrize(("section", "field"), [
-    ({"resourceCountName": ""}, "metax.resourceCountName"),
-    ({"resourceVCountName": ""}, "metax.resourceVCountName"),
-    ({"resourceVCountName": 7}, "metax.resourceVCountName"),
-    ({"sgpuTopologyAware": "sometimes"}, "metax.sgpuTopologyAware"),
-    ({"sgpuTopologyAwre": True}, "metax.sgpuTopologyAwre"),
-    ({"resourceVMemoryName": ["metax-tech.com/vmemory"]}, "metax.resourceVMemoryName"),
-])
-def test_bad_values_name_the_field(section: dict, field: str) -> None:
-    with pytest.raises(ConfigError) as info:
-        parse_config(section)
-    assert f"{field}:" in str(info.value)
-
-
-def test_bad_value_fails_the_engine_with_the_field() -> None:
-    with pytest.raises(ConfigError, match=r"metax\.sgpuTopologyAware"):
-        make_engine({"sgpuTopologyAware": "sometimes"})
-
-
-def test_section_must_be_a_mapping() -> None:
-    with pytest.raises(ConfigError, match="metax: must be a mapping, got list"):
-        parse_config(["metax-tech.com/gpu"])

@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import pytest
-
 import hami_metax.plugin
 from hami_core.testing import DeviceBackendConformance, container, node, pod
 
@@ -18,42 +16,15 @@ def _sgpu(uuid: str) -> dict[str, Any]:
 
 
 class TestMetaxSgpuConformance(DeviceBackendConformance):
-    @pytest.fixture
-    def plugin_module(self) -> Any:
-        return hami_metax.plugin
-
-    @pytest.fixture
-    def device_config(self) -> dict[str, Any]:
-        return {"metax": {}}
-
-    @pytest.fixture
-    def device_node(self) -> dict[str, Any]:
-        register = json.dumps([_sgpu("GPU-0"), _sgpu("GPU-1")])
-        return node("sgpu-node", annotations={"metax-tech.com/node-gpu-devices": register})
-
-    @pytest.fixture
-    def fitting_pod(self) -> dict[str, Any]:
-        return pod(container(limits={"metax-tech.com/sgpu": 1, "metax-tech.com/vmemory": 4,
+    plugin, config = hami_metax.plugin, {"metax": {}}
+    node_json = node("sgpu-node", annotations={"metax-tech.com/node-gpu-devices": json.dumps([_sgpu("GPU-0"),
+                                                                                             _sgpu("GPU-1")])})
+    pod_json = pod(container(limits={"metax-tech.com/sgpu": 1, "metax-tech.com/vmemory": 4,
                                      "metax-tech.com/vcore": 20}), name="maca")
 
 
 class TestMetaxGpuConformance(DeviceBackendConformance):
-    @pytest.fixture
-    def plugin_module(self) -> Any:
-        return hami_metax.plugin
-
-    @pytest.fixture
-    def device_config(self) -> dict[str, Any]:
-        return {"metax": {}}
-
-    @pytest.fixture
-    def device_node(self) -> dict[str, Any]:
-        return node("gpu-node", allocatable={"metax-tech.com/gpu": 2})
-
-    @pytest.fixture
-    def fitting_pod(self) -> dict[str, Any]:
-        return pod(container(limits={"metax-tech.com/gpu": 1}), name="maca-whole")
-
-    @pytest.fixture
-    def malformed_node(self) -> tuple[dict[str, Any], str]:
-        return node("gpu-node", allocatable={"metax-tech.com/gpu": "two"}), "metax-tech.com/gpu"
+    plugin, config = hami_metax.plugin, {"metax": {}}
+    node_json = node("gpu-node", allocatable={"metax-tech.com/gpu": 2})
+    pod_json = pod(container(limits={"metax-tech.com/gpu": 1}), name="maca-whole")
+    malformed = node("gpu-node", allocatable={"metax-tech.com/gpu": "two"}), "metax-tech.com/gpu"

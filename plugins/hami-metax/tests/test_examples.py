@@ -8,7 +8,8 @@ from metax_testlib import Clock, InProcess, plugin_manager
 
 from hami_core.engine.facade import Engine
 from hami_core.sim.loader import load_objects
-from hami_metax import backend as mx
+from hami_metax.gpu import GPU_ALLOCATED
+from hami_metax.sgpu import SGPU_ALLOCATED
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "metax"
 
@@ -42,12 +43,12 @@ def test_every_example_pod_is_placed(clock: Clock) -> None:
     }
     annotations = {name: p.decision.annotations for name, p in placed.items()}
     # The online pod and the normal pod do not share a card; the exclusive pair stays in MetaLink zone 1.
-    inference = annotations["sgpu-inference"][mx.SGPU_ALLOCATED]
-    notebook = annotations["sgpu-notebook"][mx.SGPU_ALLOCATED]
+    inference = annotations["sgpu-inference"][SGPU_ALLOCATED]
+    notebook = annotations["sgpu-notebook"][SGPU_ALLOCATED]
     assert inference.endswith(",Metax-SGPU,16384,0:;")
     assert notebook.endswith(",Metax-SGPU,8192,30:;")
     assert inference.split(",")[0] != notebook.split(",")[0]
-    assert annotations["sgpu-train-2cards"][mx.SGPU_ALLOCATED] == (
+    assert annotations["sgpu-train-2cards"][SGPU_ALLOCATED] == (
         "GPU-9f2a0c11-0002,Metax-SGPU,65536,100:GPU-9f2a0c11-0001,Metax-SGPU,65536,100:;")
-    assert annotations["metax-gpu-train"][mx.GPU_ALLOCATED] == (
+    assert annotations["metax-gpu-train"][GPU_ALLOCATED] == (
         "metax-gpu-node-1-metax-7,Metax-GPU,65536,100:metax-gpu-node-1-metax-6,Metax-GPU,65536,100:;")

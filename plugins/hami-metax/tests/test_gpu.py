@@ -21,7 +21,7 @@ from metax_testlib import (
 )
 
 from hami_core.plugins.types import ContainerDevice, DeviceInfo, DeviceRequest, HealthReport
-from hami_metax import backend as mx
+from hami_metax import gpu as mx
 
 GPU_REQ = DeviceRequest("Metax-GPU", 1, 0, 100, 100)
 
@@ -62,10 +62,10 @@ def test_zero_capacity_is_unhealthy_and_drops_the_cards(clock: Clock) -> None:
 
 def test_health_is_capacity_above_zero() -> None:
     gpu, _ = backends()
-    assert mx.gpu_health(gpu, gpu_node("g1", 1)) == HealthReport(True, True)
-    assert mx.gpu_health(gpu, gpu_node("g1", None)) == HealthReport(True, False)
-    assert mx.gpu_health(gpu, gpu_node("g1", "-1")).healthy is False
-    assert mx.gpu_health(gpu, gpu_node("g1", "2.5")) == HealthReport(
+    assert gpu.hami_node_health(gpu_node("g1", 1)) == HealthReport(True, True)
+    assert gpu.hami_node_health(gpu_node("g1", None)) == HealthReport(True, False)
+    assert gpu.hami_node_health(gpu_node("g1", "-1")).healthy is False
+    assert gpu.hami_node_health(gpu_node("g1", "2.5")) == HealthReport(
         False, True, reason="status.capacity[metax-tech.com/gpu] is '2.5'")
 
 
@@ -146,7 +146,7 @@ def test_custom_rule_keeps_later_containers_on_the_cards_already_given() -> None
 def test_filter_reads_earlier_containers_from_the_candidate() -> None:
     cand = candidate([gpu_usage("a"), gpu_usage("b", index=1)],
                      allocated={"Metax-GPU": [(ContainerDevice("a", "Metax-GPU", 65536, 100),), ()]})
-    (result,) = mx.gpu_filter_nodes(GPU_REQ, [cand])
+    (result,) = backends()[0].hami_filter_nodes(GPU_REQ, [cand])
     assert chosen(result) == ["a"]
 
 

@@ -8,7 +8,6 @@ import pytest
 from metax_testlib import GPU, SGPU, backends, container, make_engine, make_pod, sgpu_container
 
 from hami_core.plugins.errors import AdmissionFailed
-from hami_metax import backend as mx
 
 QOS = "metax-tech.com/sgpu-qos-policy"
 APP = "metax-tech.com/sgpu-app-class"
@@ -42,10 +41,10 @@ def test_mutate_admission_table(annotations: dict | None, count: str, error: str
     pod = pod_with(annotations, count)
     ctr = pod["spec"]["containers"][0]
     if error is None:
-        assert mx.sgpu_mutate(sgpu, pod, ctr) is True
+        assert sgpu.hami_mutate_container(pod, ctr).requested is True
     else:
         with pytest.raises(AdmissionFailed) as info:
-            mx.sgpu_mutate(sgpu, pod, ctr)
+            sgpu.hami_mutate_container(pod, ctr)
         assert str(info.value) == f"container main: {error}"
         assert info.value.code == 500
     assert pod["metadata"].get("annotations") == after
@@ -54,18 +53,18 @@ def test_mutate_admission_table(annotations: dict | None, count: str, error: str
 def test_no_sgpu_resource_changes_nothing() -> None:
     _, sgpu = backends()
     pod = make_pod(container("main", limits={GPU: "1"}), annotations={QOS: "best-effort"})
-    assert mx.sgpu_mutate(sgpu, pod, pod["spec"]["containers"][0]) is False
+    assert sgpu.hami_mutate_container(pod, pod["spec"]["containers"][0]).requested is False
     assert pod["metadata"]["annotations"] == {QOS: "best-effort"}
     # Only limits count for admission.
     pod = make_pod(container("main", requests={SGPU: "1"}))
-    assert mx.sgpu_mutate(sgpu, pod, pod["spec"]["containers"][0]) is False
+    assert sgpu.hami_mutate_container(pod, pod["spec"]["containers"][0]).requested is False
     assert "annotations" not in pod["metadata"]
 
 
 def test_app_class_count_is_rounded_up_like_go_value() -> None:
     _, sgpu = backends()
     pod = pod_with({APP: "online"}, count="500m")   # Quantity.Value() of 0.5 is 1
-    assert mx.sgpu_mutate(sgpu, pod, pod["spec"]["containers"][0]) is True
+    assert sgpu.hami_mutate_container(pod, pod["spec"]["containers"][0]).requested is True
 
 
 def test_engine_admission_adds_the_default_qos_once() -> None:

@@ -9,7 +9,7 @@ import pytest
 from metax_testlib import backends, candidate, chosen, make_pod, sgpu_container, sreq, usage
 
 from hami_core.plugins.types import ContainerDevice, DeviceRequest, DeviceUsage, FitResult, GpuPolicy
-from hami_metax import backend as mx
+from hami_metax import sgpu as mx
 
 APP = mx.APP_CLASS
 QOS = mx.QOS_POLICY
@@ -68,11 +68,11 @@ def test_mutex_policy_rejects_used_device() -> None:
     _, sgpu = backends()
     pod = make_pod(sgpu_container(), annotations={"hami.io/gpu-scheduler-policy": "mutex"})
     mutex = GpuPolicy(gpu="mutex", gpu_tokens=("mutex",))
-    (result,) = mx.sgpu_filter_nodes(sgpu, pod, sreq(memreq=64, cores=50), [candidate([device])], mutex)
+    (result,) = sgpu.hami_filter_nodes(pod, sreq(memreq=64, cores=50), [candidate([device])], mutex)
     assert result.reason == "1/1 ExclusiveDeviceAllocateConflict"
     # HAMi compares the whole policy string with "mutex".
     chain = GpuPolicy(gpu="mutex,numa", gpu_tokens=("mutex", "numa"))
-    (result,) = mx.sgpu_filter_nodes(sgpu, pod, sreq(memreq=64, cores=50), [candidate([device])], chain)
+    (result,) = sgpu.hami_filter_nodes(pod, sreq(memreq=64, cores=50), [candidate([device])], chain)
     assert result.ok
 
 
@@ -229,12 +229,12 @@ def test_earlier_app_containers_set_the_device_qos_for_this_cycle() -> None:
     # Container "a" already got GPU-1 in this cycle: used=1 is the pod's own.
     device = usage("GPU-1", used=1, usedcores=30, qos="fixed-share")
     earlier = {"Metax-SGPU": [(ContainerDevice("GPU-1", "Metax-SGPU", 128, 30),), ()]}
-    (result,) = mx.sgpu_filter_nodes(sgpu, pod, sreq(pct=100, cores=30), [candidate([device], allocated=earlier)],
-                                     GpuPolicy())
+    (result,) = sgpu.hami_filter_nodes(pod, sreq(pct=100, cores=30), [candidate([device], allocated=earlier)],
+                                       GpuPolicy())
     assert chosen(result) == ["GPU-1"]
     assert result.devices[0].custom_info["QosPolicy"] == "best-effort"
     # Without that container the registered QoS applies.
-    (result,) = mx.sgpu_filter_nodes(sgpu, pod, sreq(pct=100, cores=30), [candidate([device])], GpuPolicy())
+    (result,) = sgpu.hami_filter_nodes(pod, sreq(pct=100, cores=30), [candidate([device])], GpuPolicy())
     assert result.reason == "1/1 CardQosPolicyMismatch"
 
 
@@ -243,42 +243,40 @@ def test_exclusive_earlier_container_clears_the_device_qos() -> None:
     pod = make_pod(sgpu_container("a"), sgpu_container("b", mem=1, cores=0), annotations={QOS: "burst-share"})
     device = usage("GPU-1", used=1, usedcores=100, totalmem=4096, qos="fixed-share")
     earlier = {"Metax-SGPU": [(ContainerDevice("GPU-1", "Metax-SGPU", 1024, 100),), ()]}
-    (result,) = mx.sgpu_filter_nodes(sgpu, pod, sreq(memreq=1024, cores=0), [candidate([device], allocated=earlier)],
-                                     GpuPolicy())
+    (result,) = sgpu.hami_filter_nodes(pod, sreq(memreq=1024, cores=0), [candidate([device], allocated=earlier)],
+                                       GpuPolicy())
     # QoS "" fits anything; the card's compute is exhausted by the exclusive container.
     assert result.reason == "1/1 CardComputeUnitsExhausted"
 
 
 def test_pod_classes_come_from_state_and_ignore_the_pod_itself() -> None:
     _, sgpu = backends()
-    state = sgpu.config.state
-    state.pods.record("uid-other", "online", ["GPU-1"])
-    state.pods.record("uid-p", "offline", ["GPU-1"])   # this pod's earlier reservation
+    sgpu.pods.record("uid-other", "online", ["GPU-1"])
+    sgpu.pods.record("uid-p", "offline", ["GPU-1"])   # this pod's earlier reservation
     pod = make_pod(sgpu_container(mem=1), annotations={APP: "online"})
-    (result,) = mx.sgpu_filter_nodes(sgpu, pod, sreq(memreq=1024), [candidate([usage("GPU-1", used=1,
-                                                                                    totalmem=4096)])], GpuPolicy())
+    (result,) = sgpu.hami_filter_nodes(pod, sreq(memreq=1024), [candidate([usage("GPU-1", used=1,
+                                                                                  totalmem=4096)])], GpuPolicy())
     assert result.devices[0].custom_info[mx.INFO_POD_CLASSES] == (1, 0)
 
 
 def test_idle_devices_forget_stale_pod_classes() -> None:
     _, sgpu = backends()
-    state = sgpu.config.state
-    state.pods.record("uid-gone", "online", ["GPU-1", "GPU-2"])
+    sgpu.pods.record("uid-gone", "online", ["GPU-1", "GPU-2"])
     pod = make_pod(sgpu_container(mem=1))
     devices = [usage("GPU-1", totalmem=4096), usage("GPU-2", used=1, totalmem=4096)]
-    (result,) = mx.sgpu_filter_nodes(sgpu, pod, sreq(2, memreq=1024, cores=10), [candidate(devices)], GpuPolicy())
+    (result,) = sgpu.hami_filter_nodes(pod, sreq(2, memreq=1024, cores=10), [candidate(devices)], GpuPolicy())
     # GPU-1 is idle: the normal pod fits it and the stale entry is gone; GPU-2 still counts the online pod.
     assert result.reasons == ("1/2 AllocatedCardsInsufficientRequest", "1/2 CardAppClassMismatch")
-    assert state.pods.pods_on("GPU-1") == frozenset()
-    assert state.pods.pods_on("GPU-2") == frozenset({"uid-gone"})
+    assert sgpu.pods.pods_on("GPU-1") == frozenset()
+    assert sgpu.pods.pods_on("GPU-2") == frozenset({"uid-gone"})
 
 
 def test_init_containers_do_not_count_as_this_cycle_usage() -> None:
     _, sgpu = backends()
-    sgpu.config.state.pods.record("uid-other", "online", ["GPU-1"])
+    sgpu.pods.record("uid-other", "online", ["GPU-1"])
     pod = make_pod(sgpu_container("app", mem=1), init=[sgpu_container("init", mem=1)], annotations={APP: "online"})
     # used=1 is the other pod's; the init container's placement is not in the device's usage.
     earlier = {"Metax-SGPU": [(ContainerDevice("GPU-1", "Metax-SGPU", 1024, 0),), ()]}
     cand = candidate([usage("GPU-1", used=1, totalmem=4096)], allocated=earlier)
-    (result,) = mx.sgpu_filter_nodes(sgpu, pod, sreq(memreq=1024), [cand], GpuPolicy())
+    (result,) = sgpu.hami_filter_nodes(pod, sreq(memreq=1024), [cand], GpuPolicy())
     assert chosen(result) == ["GPU-1"]

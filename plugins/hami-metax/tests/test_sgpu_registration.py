@@ -9,7 +9,7 @@ from metax_testlib import Clock, backends, make_engine, sdev, sgpu_node
 
 from hami_core.plugins.errors import WireFormatError
 from hami_core.plugins.types import DeviceInfo, HealthReport
-from hami_metax import backend as mx
+from hami_metax import sgpu as mx
 
 # getMetaxSDevices "test normal node" (sdevice_test.go), spacing as in the test.
 HAMI_SAMPLE = ('[{"uuid": "GPU-123", "model": "sgpu", "totalDevCount": 16, "totalCompute": 100, '
@@ -110,20 +110,20 @@ def test_no_annotation_means_no_sgpu(clock: Clock) -> None:   # "test annotation
 def test_health_is_at_least_one_device() -> None:
     _, sgpu = backends()
     node = sgpu_node("s1", [sdev("GPU-a", healthy=False)])
-    devices = mx.sgpu_node_devices(sgpu, node, sgpu.config.state)
+    devices = sgpu.hami_node_devices(node)
     # An unhealthy card still registers: the fit refuses it (CardUnhealthy), the node stays healthy.
-    assert mx.sgpu_health(sgpu, node, devices) == HealthReport(True, True)
-    assert mx.sgpu_health(sgpu, node, []).healthy is False
-    assert mx.sgpu_health(sgpu, sgpu_node("s2", None), []) == HealthReport(True, False)
+    assert sgpu.hami_node_health(node, devices) == HealthReport(True, True)
+    assert sgpu.hami_node_health(node, []).healthy is False
+    assert sgpu.hami_node_health(sgpu_node("s2", None), []) == HealthReport(True, False)
 
 
 def test_registration_confirms_jittery_qos(clock: Clock) -> None:
     engine = make_engine(clock=clock)
-    state = engine.backends["Metax-SGPU"].config.state
-    state.jittery.add("GPU-a", "best-effort")
-    state.jittery.add("GPU-b", "burst-share")
+    sgpu = engine.backends["Metax-SGPU"]
+    sgpu.jittery.add("GPU-a", "best-effort")
+    sgpu.jittery.add("GPU-b", "burst-share")
     engine.upsert_node(sgpu_node("s1", [sdev("GPU-a", qos="best-effort"), sdev("GPU-b", qos="best-effort")]))
-    assert state.jittery.snapshot() == {"GPU-b": "burst-share"}
+    assert sgpu.jittery.snapshot() == {"GPU-b": "burst-share"}
     # A registration that cannot be read confirms nothing.
     engine.upsert_node(sgpu_node("s1", raw='[{"uuid":"GPU-b","qosPolicy":"burst-share","numa":"x"}]'))
-    assert state.jittery.snapshot() == {"GPU-b": "burst-share"}
+    assert sgpu.jittery.snapshot() == {"GPU-b": "burst-share"}

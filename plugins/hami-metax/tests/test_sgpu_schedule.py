@@ -21,7 +21,7 @@ from metax_testlib import (
 
 from hami_core.engine.facade import Engine
 from hami_core.plugins.types import LockSpec
-from hami_metax import backend as mx
+from hami_metax import sgpu as mx
 
 APP = mx.APP_CLASS
 QOS = mx.QOS_POLICY
@@ -86,20 +86,20 @@ def test_nothing_fits(clock: Clock) -> None:
 # ------------------------------------------------------------------------------------ jittery QoS
 def test_decision_records_the_expected_qos(clock: Clock) -> None:
     engine = one_card(clock, qos="fixed-share")
-    state = engine.backends["Metax-SGPU"].config.state
+    sgpu = engine.backends["Metax-SGPU"]
     engine.schedule(engine.admit(make_pod(sgpu_container(cores=30), name="shared")))
-    assert state.jittery.snapshot() == {"GPU-1": "best-effort"}
+    assert sgpu.jittery.snapshot() == {"GPU-1": "best-effort"}
     engine.schedule(engine.admit(make_pod(sgpu_container(), name="exclusive")))
-    assert state.jittery.snapshot() == {"GPU-1": ""}
+    assert sgpu.jittery.snapshot() == {"GPU-1": ""}
     engine.schedule(engine.admit(make_pod(sgpu_container(cores=30), name="fixed", annotations={QOS: "fixed-share"})))
     # Registered QoS already matches: nothing new to expect, the old entry stays until a registration.
-    assert state.jittery.snapshot() == {"GPU-1": ""}
+    assert sgpu.jittery.snapshot() == {"GPU-1": ""}
 
 
 def test_online_decisions_expect_no_qos_change(clock: Clock) -> None:
     engine = one_card(clock, qos="fixed-share")
     engine.schedule(engine.admit(make_pod(sgpu_container(mem=1), annotations={APP: "online"})))
-    assert engine.backends["Metax-SGPU"].config.state.jittery.snapshot() == {}
+    assert engine.backends["Metax-SGPU"].jittery.snapshot() == {}
 
 
 def test_jittery_qos_guards_the_card_until_the_device_plugin_catches_up(clock: Clock) -> None:
@@ -113,7 +113,7 @@ def test_jittery_qos_guards_the_card_until_the_device_plugin_catches_up(clock: C
     assert engine.schedule(best).node == "s1"
     # The device plugin reports the switch: the cache entry goes, the registration rules.
     engine.upsert_node(sgpu_node("s1", [sdev("GPU-1", qos="best-effort")]))
-    assert engine.backends["Metax-SGPU"].config.state.jittery.snapshot() == {}
+    assert engine.backends["Metax-SGPU"].jittery.snapshot() == {}
     assert engine.schedule(fixed).failed == {"s1": "1/1 CardQosPolicyMismatch"}
     assert engine.schedule(best).node == "s1"
 
@@ -124,7 +124,7 @@ def test_two_containers_share_a_card_after_switching_its_qos(clock: Clock) -> No
     pod = engine.admit(make_pod(sgpu_container("a", mem=4, cores=30), sgpu_container("b", mem=4, cores=30)))
     decision = engine.schedule(pod)
     assert decision.annotations[ALLOCATED] == "GPU-1,Metax-SGPU,4096,30:;GPU-1,Metax-SGPU,4096,30:;"
-    assert engine.backends["Metax-SGPU"].config.state.jittery.snapshot() == {"GPU-1": "best-effort"}
+    assert engine.backends["Metax-SGPU"].jittery.snapshot() == {"GPU-1": "best-effort"}
 
 
 # ------------------------------------------------------------------------------------ app classes

@@ -9,6 +9,7 @@ import pytest
 from metax_testlib import (
     NODE_POLICY,
     Clock,
+    backends,
     gpu_node,
     make_engine,
     make_pod,
@@ -19,9 +20,11 @@ from metax_testlib import (
     usage,
 )
 
-import hami_metax.plugin as plugin
+from hami_core.engine import cycle
 from hami_core.plugins.types import ContainerDevice, GpuPolicy, NodeScore, ScoreCandidate, UsageTotals
-from hami_metax import backend as mx
+from hami_metax import common
+from hami_metax import sgpu as mx
+from hami_metax.gpu import TOPOLOGY_LOSSES
 
 APP = mx.APP_CLASS
 TOPO = mx.TOPOLOGY_AWARE
@@ -127,6 +130,22 @@ def score_candidate(assignment: dict, previous: list, annotations: dict | None =
                           UsageTotals())
 
 
+def metax_scores(pod: dict, candidates: list[ScoreCandidate], policy: GpuPolicy) -> list[NodeScore | None]:
+    """What hami-metax answers per candidate: its two backends' score hooks, of which at most one answers for a
+    node (the GPU backend's answer carries the sGPU score where the pod got both, see :mod:`hami_metax.common`)."""
+    gpu, sgpu = backends()
+    out = []
+    answers = zip(gpu.hami_score_nodes(pod, candidates, policy), sgpu.hami_score_nodes(pod, candidates), strict=True)
+    for whole, shared in answers:
+        assert whole is None or shared is None, (whole, shared)
+        out.append(shared if whole is None else whole)
+    return out
+
+
+def test_neutral_factor_is_the_engines() -> None:
+    assert common.NEUTRAL_SCORE_FACTOR == cycle.NEUTRAL_SCORE_FACTOR
+
+
 def test_hook_answers_per_candidate() -> None:
     online = ContainerDevice("GPU-1", "Metax-SGPU", 1024, 0, custom_info={mx.INFO_POD_CLASSES: (1, 0)})
     cards = (ContainerDevice("g-0", "Metax-GPU", 65536, 100), ContainerDevice("g-1", "Metax-GPU", 65536, 100))
@@ -134,13 +153,13 @@ def test_hook_answers_per_candidate() -> None:
     candidates = [
         score_candidate({"NVIDIA": ((ContainerDevice("x", "NVIDIA", 1, 1),),)}, []),
         score_candidate({"Metax-SGPU": ((online,),)}, prev(("GPU-1", 1, 0))),
-        score_candidate({"Metax-GPU": (cards,)}, [], {mx.TOPOLOGY_LOSSES: '{"2":200}'}),
+        score_candidate({"Metax-GPU": (cards,)}, [], {TOPOLOGY_LOSSES: '{"2":200}'}),
         score_candidate({"Metax-GPU": (cards,), "Metax-SGPU": ((online,),)}, prev(("GPU-1", 1, 0)),
-                        {mx.TOPOLOGY_LOSSES: '{"2":200}'}),
+                        {TOPOLOGY_LOSSES: '{"2":200}'}),
     ]
-    binpack = plugin.hami_score_nodes(pod=pod, candidates=candidates, policy=GpuPolicy(node="binpack"))
+    binpack = metax_scores(pod=pod, candidates=candidates, policy=GpuPolicy(node="binpack"))
     assert binpack == [None, NodeScore(-20, neutral=True), NodeScore(1800.0), NodeScore(1800.0 - 200000.0)]
-    spread = plugin.hami_score_nodes(pod=pod, candidates=candidates, policy=GpuPolicy(node="spread"))
+    spread = metax_scores(pod=pod, candidates=candidates, policy=GpuPolicy(node="spread"))
     assert spread == [None, NodeScore(-20, neutral=True), NodeScore(0.0), NodeScore(200000.0)]
 
 
@@ -195,7 +214,7 @@ def test_topology_awareness_from_the_config(clock: Clock) -> None:
 
 def test_gpu_and_sgpu_nodes_in_one_cluster(clock: Clock) -> None:
     engine = topology_engine(clock)
-    engine.upsert_node(gpu_node("g1", 2, annotations={mx.TOPOLOGY_LOSSES: json.dumps({"1": 100})}))
+    engine.upsert_node(gpu_node("g1", 2, annotations={TOPOLOGY_LOSSES: json.dumps({"1": 100})}))
     decision = engine.schedule(make_pod(sgpu_container(), annotations={TOPO: "true"}))
     assert decision.failed == {"g1": "NodeInsufficientDevice"}
     assert decision.node == "zb"

@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
-from hami_core.engine.config import pydantic_error
-from hami_core.plugins.errors import ConfigError
+from pydantic import BaseModel, ConfigDict, Field
 
 SECTION = "mthreads"
 
@@ -22,6 +17,7 @@ class MthreadsConfig(BaseModel):
 
     Memory is counted in units of 512 MiB and cores in sixteenths of a GPU (H.1); the names are
     needed for registration too (capacity of the core and memory resources, H.2), so none may be empty.
+    Validate it with ``parse_section("mthreads", MthreadsConfig, value)``.
     """
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
@@ -30,17 +26,3 @@ class MthreadsConfig(BaseModel):
     resource_memory_name: str = Field(DEFAULT_RESOURCE_MEMORY, alias="resourceMemoryName", min_length=1)
     resource_core_name: str = Field(DEFAULT_RESOURCE_CORES, alias="resourceCoreName", min_length=1)
 
-
-def parse_config(section: Any) -> MthreadsConfig:
-    """Validate the ``mthreads:`` section; a bad field raises :class:`ConfigError` naming ``mthreads.<field>``.
-
-    ``None`` (a YAML ``mthreads:`` with an empty body) and ``{}`` mean the chart defaults.
-    """
-    if section is None:
-        section = {}
-    if not isinstance(section, dict):
-        raise ConfigError(f"{SECTION}: must be a mapping, got {type(section).__name__}")
-    try:
-        return MthreadsConfig.model_validate(section)
-    except ValidationError as exc:
-        raise pydantic_error(SECTION, exc) from None

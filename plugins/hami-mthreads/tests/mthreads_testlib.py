@@ -12,11 +12,9 @@ from typing import Any
 
 import hami_mthreads.plugin
 from hami_core import testing as kit
-from hami_core.engine.facade import Engine
 from hami_core.plugins.types import (
     MEM_PERCENTAGE_UNSET,
     ContainerDevice,
-    DeviceBackend,
     DeviceRequest,
     DeviceUsage,
     FitResult,
@@ -28,8 +26,8 @@ from hami_core.testing import Clock as Clock
 from hami_core.testing import chosen as chosen
 from hami_core.testing import gpu_policy as gpu_policy
 from hami_core.wire import keys
-from hami_mthreads import backend as mt
-from hami_mthreads.config import parse_config
+from hami_mthreads.backend import COMMON_WORD, MthreadsBackend
+from hami_mthreads.config import MthreadsConfig
 
 VGPU = "mthreads.com/vgpu"
 MEM = "mthreads.com/sgpu-memory"
@@ -50,33 +48,26 @@ NODE_POLICY = keys.NODE_SCHEDULER_POLICY
 
 
 # --------------------------------------------------------------------------------------------- engine
-plugin_manager = partial(kit.plugin_manager, hami_mthreads.plugin)
+MTHREADS = kit.VendorKit(hami_mthreads.plugin, "mthreads", MthreadsConfig)
+#: The plugin manager with hami-mthreads, an engine on an ``mthreads:`` section (the defaults when ``None``) at a
+#: fake time, the section validated as the plugin validates it.
+plugin_manager, make_engine, parse_config = MTHREADS.plugin_manager, MTHREADS.engine, MTHREADS.parse_config
 
 
-def make_engine(mthreads: Mapping[str, Any] | None = None, *, clock: Any = None) -> Engine:
-    """An engine with only the built-in plugins and hami-mthreads, at a fake time."""
-    return kit.engine_with(hami_mthreads.plugin, config={"mthreads": dict(mthreads or {})}, clock=clock)
-
-
-def make_backend(**mthreads: Any) -> DeviceBackend:
+def make_backend(**mthreads: Any) -> MthreadsBackend:
     """The Mthreads backend for an ``mthreads:`` section given as keyword arguments (HAMi's camelCase keys)."""
-    return mt.make_backend(parse_config(mthreads))
+    return MthreadsBackend.from_config(parse_config(mthreads))
 
 
 # --------------------------------------------------------------------------------------------- pods
-#: A container whose quantities stay as given.
-container = partial(kit.container, as_strings=False)
+#: A container whose quantities stay as given; the kit's pod, named ``p`` with UID ``uid-<name>`` unless given.
+container, make_pod = MTHREADS.container, MTHREADS.pod
 
 
 def mt_container(name: str = "c", gpus: int | str = 1, mem: int | str | None = None,
                  cores: int | str | None = None) -> dict[str, Any]:
     """A container with Mthreads limits (values as strings, as in Kubernetes JSON)."""
     return kit.device_container(MT_RESOURCES, gpus, mem, cores, name=name)
-
-
-def make_pod(*containers: Mapping[str, Any], name: str = "p", uid: str | None = None, **kwargs: Any) -> dict[str, Any]:
-    """The kit's pod, named ``p`` with UID ``uid-<name>`` unless given."""
-    return kit.pod(*containers, name=name, uid=uid or f"uid-{name}", **kwargs)
 
 
 def running_pod(name: str, node: str, allocated: str, *, containers: int = 1, init: int = 0) -> dict[str, Any]:
@@ -91,35 +82,29 @@ def make_node(name: str, cores: int | str | None = 16, memory: int | str | None 
 
     ``cores``/``memory`` of ``None`` leave the resource out; ``capacity`` adds raw entries.
     """
-    cap: dict[str, str] = {"cpu": "32", "memory": "256Gi"}
-    if cores is not None:
-        cap[CORE] = str(cores)
-    if memory is not None:
-        cap[MEM] = str(memory)
-    cap.update(capacity or {})
-    status: dict[str, Any] = {"capacity": cap}
-    if allocatable:
-        status["allocatable"] = dict(cap)
-    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}, "status": status}
+    cap = {"cpu": "32", "memory": "256Gi", **{k: v for k, v in ((CORE, cores), (MEM, memory)) if v is not None},
+           **(capacity or {})}
+    return kit.node(name, capacity=cap, allocatable=cap if allocatable else None)
 
 
 # --------------------------------------------------------------------------------------------- fit
 #: A device with its usage (defaults: one registered MTT GPU, 49152 MiB / 16 cores, split 100).
-usage = partial(kit.usage, vendor=mt.COMMON_WORD, totalmem=49152, totalcore=16)
+usage = partial(kit.usage, vendor=COMMON_WORD, totalmem=49152, totalcore=16)
 
 
 def request(nums: int = 1, memreq: int = 0, coresreq: int = 0, pct: int = MEM_PERCENTAGE_UNSET,
-            type: str = mt.COMMON_WORD) -> DeviceRequest:
+            type: str = COMMON_WORD) -> DeviceRequest:
     return kit.request(type, nums, memreq, coresreq, pct)
 
 
 def fit(devices: Sequence[DeviceUsage], req: DeviceRequest, *, pod_annotations: Mapping[str, str] | None = None,
         policy: GpuPolicy | None = None,
         allocated: Mapping[str, Sequence[Sequence[ContainerDevice]]] | None = None) -> FitResult:
-    """``hami_mthreads.backend.filter_nodes`` on one node whose devices are given in HAMi's sorted order.
+    """:meth:`MthreadsBackend.hami_filter_nodes` on one node whose devices are given in HAMi's sorted order.
 
     Fit walks the list from the last device to the first, like HAMi. ``allocated`` is what earlier
     containers of the pod got on the node.
     """
-    return kit.fit_one(mt.filter_nodes, None, devices, req, pod_annotations=pod_annotations, policy=policy,
-                       allocated=allocated)
+    backend = make_backend()
+    return kit.fit_one(backend.hami_filter_nodes, backend, devices, req, pod_annotations=pod_annotations,
+                       policy=policy, allocated=allocated)

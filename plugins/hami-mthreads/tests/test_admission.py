@@ -19,12 +19,12 @@ from mthreads_testlib import (
 
 from hami_core.plugins.errors import AdmissionDenied, AdmissionFailed
 from hami_core.plugins.types import DeviceRequest
+from hami_core.testing import container_limits
 
 INVALID = "sGPU memory request value is invalid, valid values are [2, 4, 8, 16, 32, 64, 96]"
 
-
-def limits(pod: dict[str, Any], i: int = 0) -> dict[str, Any]:
-    return pod["spec"]["containers"][i].get("resources", {}).get("limits", {})
+#: The limits of a pod's i-th app container.
+limits = container_limits
 
 
 def annotations(pod: dict[str, Any]) -> dict[str, str]:

@@ -2,21 +2,25 @@
 
 from __future__ import annotations
 
-import pytest
-from mthreads_testlib import container, make_engine, make_node, make_pod
+from mthreads_testlib import container, make_engine, make_node, make_pod, parse_config
 
-from hami_core.plugins.errors import ConfigError
+import hami_mthreads.plugin
 from hami_core.plugins.types import DeviceRequest
-from hami_mthreads.config import MthreadsConfig, parse_config
+from hami_core.testing import ConfigSectionChecks, assert_fields
+from hami_mthreads.config import MthreadsConfig
+
+
+class TestSection(ConfigSectionChecks):
+    plugin, section, model, not_a_mapping = hami_mthreads.plugin, "mthreads", MthreadsConfig, ["mthreads.com/vgpu"]
+    bad_sections = [{"resourceCountNmae": "mthreads.com/vgpu"}, {"resourceCountName": ""}, {"resourceMemoryName": ""},
+                    {"resourceCoreName": 16}, {"resourceCoreName": ""}, {"memoryFactor": 512}]
 
 
 def test_chart_defaults() -> None:
     cfg = parse_config({})
-    assert cfg == parse_config(None)
     assert isinstance(cfg, MthreadsConfig)
-    assert cfg.resource_count_name == "mthreads.com/vgpu"
-    assert cfg.resource_memory_name == "mthreads.com/sgpu-memory"
-    assert cfg.resource_core_name == "mthreads.com/sgpu-core"
+    assert_fields(cfg, resource_count_name="mthreads.com/vgpu", resource_memory_name="mthreads.com/sgpu-memory",
+                  resource_core_name="mthreads.com/sgpu-core")
 
 
 def test_camel_case_keys_as_in_the_chart() -> None:
@@ -46,26 +50,3 @@ def test_custom_resource_names_flow_into_registration_and_admission() -> None:
     out = engine.admit(make_pod(container(limits={"mt.io/gpu": "1"})))
     assert out["spec"]["containers"][0]["resources"]["limits"] == {"mt.io/gpu": "1", "mt.io/core": "16",
                                                                    "mt.io/mem": "96"}
-
-
-@pytest.mark.parametrize(("section", "field"), [
-    ({"resourceCountNmae": "mthreads.com/vgpu"}, "mthreads.resourceCountNmae"),
-    ({"resourceCountName": ""}, "mthreads.resourceCountName"),
-    ({"resourceMemoryName": ""}, "mthreads.resourceMemoryName"),
-    ({"resourceCoreName": 16}, "mthreads.resourceCoreName"),
-    ({"memoryFactor": 512}, "mthreads.memoryFactor"),
-])
-def test_bad_values_name_the_field(section: dict, field: str) -> None:
-    with pytest.raises(ConfigError) as info:
-        parse_config(section)
-    assert f"{field}:" in str(info.value)
-
-
-def test_bad_value_fails_the_engine_with_the_field() -> None:
-    with pytest.raises(ConfigError, match=r"mthreads\.resourceCoreName"):
-        make_engine({"resourceCoreName": ""})
-
-
-def test_section_must_be_a_mapping() -> None:
-    with pytest.raises(ConfigError, match="mthreads"):
-        parse_config(["mthreads.com/vgpu"])

@@ -7,11 +7,10 @@ from mthreads_testlib import CORE, MEM, make_backend, make_engine, make_node, ma
 
 from hami_core.plugins.errors import WireFormatError
 from hami_core.plugins.types import DeviceInfo, HealthReport
-from hami_mthreads import backend as mt
 
 
 def devices(node: dict) -> list[DeviceInfo]:
-    return mt.node_devices(make_backend(), node)
+    return make_backend().hami_node_devices(node)
 
 
 def test_hami_vector_one_core_one_memory_unit() -> None:

@@ -8,11 +8,10 @@ import pytest
 from mthreads_testlib import CORE, MEM, VGPU, container, make_backend, make_engine, make_pod, mt_container
 
 from hami_core.plugins.types import DeviceRequest
-from hami_mthreads import backend as mt
 
 
 def req(ctr: dict[str, Any]) -> DeviceRequest | None:
-    return mt.container_request(make_backend(), ctr)
+    return make_backend().hami_container_request(ctr)
 
 
 def test_hami_vector_all_resources_in_limits_and_requests() -> None:

@@ -1,13 +1,12 @@
-"""The ``nvidia:`` section of HAMi's device-config.yaml."""
+"""The ``nvidia:`` section of HAMi's device-config.yaml, and the device plugin's per-node ``config.json``."""
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from hami_core.engine.config import pydantic_error
-from hami_core.plugins.errors import ConfigError
+from hami_core.plugins import ConfigError
 from hami_core.wire import keys
 from hami_core.wire.common import INT32_MAX
 
@@ -66,18 +65,6 @@ class NvidiaConfig(BaseModel):
     enable_numa_topology: bool = Field(False, alias="enableNumaTopology")
     # HAMi's chart ships MIG geometry tables in this section; accepted and passed through.
     known_mig_geometries: list[Any] | None = Field(None, alias="knownMigGeometries")
-
-
-def parse_config(section: Any) -> NvidiaConfig:
-    """Validate the ``nvidia:`` section; a bad field raises :class:`ConfigError` naming ``nvidia.<field>``."""
-    if section is None:
-        section = {}
-    if not isinstance(section, dict):
-        raise ConfigError(f"nvidia: must be a mapping, got {type(section).__name__}")
-    try:
-        return NvidiaConfig.model_validate(section)
-    except ValidationError as exc:
-        raise pydantic_error("nvidia", exc) from None
 
 
 # ------------------------------------------------------------------------------------------ node config

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from hami_core.engine.yamlload import MAX_CONFIG_BYTES, YamlInputError, load_yaml, read_text
+from hami_core.plugins.yamlload import MAX_CONFIG_BYTES, YamlInputError, load_yaml, read_text
 
 log = logging.getLogger("hami.nvidia.detect")
 

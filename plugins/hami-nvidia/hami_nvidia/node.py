@@ -22,7 +22,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hami_core.plugins.types import ContainerAllocation, ContainerDevice, DeviceInfo, MigProfile, Mount, Placement
+from hami_core.plugins.types import (
+    ContainerAllocation,
+    ContainerDevice,
+    DeviceInfo,
+    HealthWatch,
+    MigProfile,
+    Mount,
+    Placement,
+)
 from hami_core.wire.common import parse_go_bool
 from hami_nvidia.config import NvidiaConfig
 from hami_nvidia.detect import OVERRIDE_ENV, Gpu
@@ -471,3 +479,93 @@ class MigWatch:
     def stop(self) -> None:
         for part in self.parts:
             part.stop()
+
+
+# ------------------------------------------------------------------------------------------ hook entry points
+# What NvidiaBackend's node-side hooks run (it imports this module inside those methods). The device plugin's
+# NodeContext.state (hami_core.plugins.node_context) keeps what one device plugin process learns once.
+_MODE_STATE, _GPUS_STATE, _MIG_STATE = "nvidia.operatingmode", "nvidia.gpus", "nvidia.mig"
+
+
+def _operating_mode(ctx: Any) -> str:
+    """This node's ``operatingmode`` (per-node config.json), read once per device plugin."""
+    from hami_nvidia.config import operating_mode
+
+    if ctx is not None and _MODE_STATE in ctx.state:
+        return str(ctx.state[_MODE_STATE])
+    mode = operating_mode(ctx.node_name if ctx is not None else os.environ.get("NODE_NAME", ""))
+    if ctx is not None:
+        ctx.state[_MODE_STATE] = mode
+    return mode
+
+
+def _mig_manager(cfg: NvidiaConfig, ctx: Any) -> Any:
+    """The device plugin's one MIG manager (created on first use; needs the node context for the pod list)."""
+    if ctx is None:
+        raise RuntimeError("dynamic MIG needs the device plugin's node context (no pod list outside it)")
+    if _MIG_STATE not in ctx.state:
+        import pynvml
+
+        from hami_nvidia.config import allowlisted_profiles
+        from hami_nvidia.migmgr import MigManager
+
+        discovered = ctx.state.get(_GPUS_STATE, [])
+        ctx.state[_MIG_STATE] = MigManager(pynvml, [(g.uuid, g.model) for g in discovered if g.mig_profiles],
+                                           ctx.list_pods,
+                                           allowlisted=lambda model: allowlisted_profiles(cfg, model) is not None,
+                                           other_models=[g.model for g in discovered if not g.mig_profiles])
+    return ctx.state[_MIG_STATE]
+
+
+def discover_devices(cfg: NvidiaConfig) -> list[DeviceInfo]:
+    """``hami_discover_devices``: hami-core/mps: every GPU with deviceSplitCount replicas; mig: the GPUs with
+    allowlisted MIG profiles, each registered with its profiles (spec node.md §2.5, §2.12 b)."""
+    from hami_core.plugins import ConfigError, current
+    from hami_nvidia import detect
+
+    ctx = current()
+    mode = _operating_mode(ctx)
+    try:
+        gpus = detect.discover(pre_configured_memory_mib=cfg.pre_configured_device_memory, mig_profiles=mode == "mig")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    if ctx is not None:
+        ctx.state[_GPUS_STATE] = gpus
+    if mode == "mig":
+        infos = mig_device_infos(cfg, gpus)
+        logging.getLogger("hami.nvidia.mig").info("operatingmode mig: %d of %d GPUs registered with MIG profiles",
+                                                  len(infos), len(gpus))
+        return infos
+    return device_infos(cfg, gpus, mode=mode)
+
+
+def start_watch(cfg: NvidiaConfig, devices: Sequence[DeviceInfo],
+                on_health: Callable[[str, bool], None]) -> HealthWatch | None:
+    """``hami_watch_health``: the XID watch, plus the MIG startup pass and 5 s reconcile in mig mode (§2.12 b);
+    ``None`` when there is nothing to watch."""
+    from hami_core.plugins import current
+
+    ctx = current()
+    xid = watch_health(devices, on_health)
+    if _operating_mode(ctx) != "mig":
+        return xid
+    from hami_nvidia.migmgr import Reconciler
+
+    try:
+        reconciler = Reconciler(_mig_manager(cfg, ctx)).start()
+    except Exception:
+        if xid is not None:
+            xid.stop()
+        raise
+    return MigWatch(xid, reconciler)
+
+
+def allocate(cfg: NvidiaConfig, pod: Mapping[str, Any], container_index: int,
+             devices: Sequence[ContainerDevice]) -> ContainerAllocation:
+    """``hami_allocate``: the MIG instances in mig mode, else HAMi-core's env vars and mounts."""
+    from hami_core.plugins import current
+
+    ctx = current()
+    if _operating_mode(ctx) == "mig":
+        return mig_allocation(_mig_manager(cfg, ctx), pod, container_index, devices)
+    return allocation(cfg, pod, container_index, devices)

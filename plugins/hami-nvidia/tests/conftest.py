@@ -1,32 +1,18 @@
-"""Shared fixtures for the hami-nvidia tests.
+"""Node-side fixtures for the hami-nvidia tests: the in-test kubelet and the in-memory cluster.
 
-The helper functions live in ``nvidia_testlib`` next to this file (pytest runs with
-``--import-mode=importlib``, where test modules cannot import a conftest); this conftest puts the folder
-on ``sys.path`` and offers the fixtures.
+The helper modules (``nvidia_testlib``, ``nvml_testlib``, ...) live next to this file and are importable through
+the root configuration's ``pythonpath``; ``clock`` comes from the hami-core test kit.
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-
 from collections.abc import Iterator
 
-from nvidia_testlib import T0, Clock
+import pytest
 from nvml_testlib import NODE
 
 from hami_core.cluster.memory import MemoryCluster
 from hami_core.node.fake_kubelet import FakeKubelet, running_kubelet
-
-
-@pytest.fixture
-def clock() -> Clock:
-    """A fake engine clock at :data:`T0`; advance it with ``clock.now += seconds``."""
-    return Clock(T0)
 
 
 @pytest.fixture

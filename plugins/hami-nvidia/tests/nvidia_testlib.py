@@ -12,10 +12,8 @@ from typing import Any
 
 import hami_nvidia.plugin
 from hami_core import testing as kit
-from hami_core.engine.facade import Engine
 from hami_core.plugins.types import (
     MEM_PERCENTAGE_UNSET,
-    DeviceBackend,
     DeviceRequest,
     DeviceUsage,
     FitResult,
@@ -30,8 +28,8 @@ from hami_core.testing import gpu_policy as gpu_policy
 from hami_core.testing import local_time as local_time
 from hami_core.testing import requesting as requesting
 from hami_core.wire import keys
-from hami_nvidia import backend as nv
-from hami_nvidia.config import parse_config
+from hami_nvidia.backend import COMMON_WORD, NvidiaBackend
+from hami_nvidia.config import NvidiaConfig
 
 GPU = keys.NVIDIA_RESOURCE_COUNT
 GPUMEM = keys.NVIDIA_RESOURCE_MEMORY
@@ -51,32 +49,26 @@ GPU_RESOURCES = ResourceNames(GPU, GPUMEM, GPUMEM_PCT, GPUCORES)
 
 
 # --------------------------------------------------------------------------------------------- engine
-plugin_manager = partial(kit.plugin_manager, hami_nvidia.plugin)
+NVIDIA = kit.VendorKit(hami_nvidia.plugin, "nvidia", NvidiaConfig)
+#: The plugin manager with hami-nvidia; an engine on an ``nvidia:`` section (the defaults when ``None``) at a fake
+#: time; the section validated as the plugin validates it.
+plugin_manager, make_engine, parse_config = NVIDIA.plugin_manager, NVIDIA.engine, NVIDIA.parse_config
 
 
-def make_engine(nvidia: Mapping[str, Any] | None = None, *, scheduler: Mapping[str, Any] | None = None,
-                clock: Any = None) -> Engine:
-    """An engine with only the built-in plugins and hami-nvidia, at a fake time."""
-    return kit.engine_with(hami_nvidia.plugin, config={"nvidia": dict(nvidia or {})}, scheduler=scheduler, clock=clock)
-
-
-def make_backend(**nvidia: Any) -> DeviceBackend:
+def make_backend(**nvidia: Any) -> NvidiaBackend:
     """The NVIDIA backend for an ``nvidia:`` section given as keyword arguments (HAMi's camelCase keys)."""
-    return nv.make_backend(parse_config(nvidia))
+    return NvidiaBackend.from_config(parse_config(nvidia))
 
 
 # --------------------------------------------------------------------------------------------- pods
-container = partial(kit.container, as_strings=False)
+#: A container whose quantities stay as given; the kit's pod, named ``p`` with UID ``uid-<name>`` unless given.
+container, make_pod = NVIDIA.container, NVIDIA.pod
 
 
 def gpu_container(name: str = "c", gpus: int | str = 1, mem: int | str | None = None,
                   cores: int | str | None = None, pct: int | str | None = None) -> dict[str, Any]:
     """A container with NVIDIA limits (values as strings, as in Kubernetes JSON)."""
     return kit.device_container(GPU_RESOURCES, gpus, mem, cores, pct=pct, name=name)
-
-
-def make_pod(*containers: Mapping[str, Any], name: str = "p", uid: str | None = None, **kwargs: Any) -> dict[str, Any]:
-    return kit.pod(*containers, name=name, uid=uid or f"uid-{name}", **kwargs)
 
 
 def running_pod(name: str, node: str, allocated: str, *, containers: int = 1, init: int = 0,
@@ -122,18 +114,18 @@ def make_node(name: str, devices: Sequence[Mapping[str, Any]] | None = (), *,
 
 
 # --------------------------------------------------------------------------------------------- fit
-usage = partial(kit.usage, vendor=nv.COMMON_WORD, mode="hami-core")
+usage = partial(kit.usage, vendor=COMMON_WORD, mode="hami-core")
 
 
 def request(nums: int = 1, memreq: int = 0, coresreq: int = 0, pct: int = MEM_PERCENTAGE_UNSET,
-            type: str = nv.COMMON_WORD) -> DeviceRequest:
+            type: str = COMMON_WORD) -> DeviceRequest:
     return kit.request(type, nums, memreq, coresreq, pct)
 
 
-_DEFAULT_BACKEND: list[DeviceBackend] = []
+_DEFAULT_BACKEND: list[NvidiaBackend] = []
 
 
-def default_backend() -> DeviceBackend:
+def default_backend() -> NvidiaBackend:
     if not _DEFAULT_BACKEND:
         _DEFAULT_BACKEND.append(make_backend())
     return _DEFAULT_BACKEND[0]
@@ -141,7 +133,8 @@ def default_backend() -> DeviceBackend:
 
 def fit(devices: Sequence[DeviceUsage], req: DeviceRequest, *, pod_annotations: Mapping[str, str] | None = None,
         node_annotations: Mapping[str, str] | None = None, policy: GpuPolicy | None = None,
-        backend: DeviceBackend | None = None) -> FitResult:
-    """``hami_nvidia.backend.filter_nodes`` on one node whose devices are given in HAMi's sorted order."""
-    return kit.fit_one(nv.filter_nodes, backend or default_backend(), devices, req, pod_annotations=pod_annotations,
+        backend: NvidiaBackend | None = None) -> FitResult:
+    """:meth:`NvidiaBackend.hami_filter_nodes` on one node whose devices are given in HAMi's sorted order."""
+    nv = backend or default_backend()
+    return kit.fit_one(nv.hami_filter_nodes, nv, devices, req, pod_annotations=pod_annotations,
                        node_annotations=node_annotations, policy=policy)

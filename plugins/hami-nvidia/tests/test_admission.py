@@ -19,10 +19,10 @@ from nvidia_testlib import (
 )
 
 from hami_core.plugins.errors import AdmissionDenied, AdmissionFailed
+from hami_core.testing import container_limits
 
-
-def limits(pod: dict[str, Any], i: int = 0) -> dict[str, Any]:
-    return pod["spec"]["containers"][i].get("resources", {}).get("limits", {})
+#: The limits of a pod's i-th app container.
+limits = container_limits
 
 
 def env(ctr: dict[str, Any]) -> dict[str, str]:

@@ -3,33 +3,37 @@
 from __future__ import annotations
 
 import pytest
-from nvidia_testlib import container, make_engine, make_pod
+from nvidia_testlib import container, make_engine, make_pod, parse_config
 
+import hami_nvidia.plugin
 from hami_core.plugins.errors import ConfigError
 from hami_core.plugins.types import DeviceRequest
-from hami_nvidia.config import NvidiaConfig, parse_config
+from hami_core.testing import ConfigSectionChecks, assert_fields
+from hami_nvidia.config import NvidiaConfig
+
+
+class TestSection(ConfigSectionChecks):
+    plugin, section, model, not_a_mapping = hami_nvidia.plugin, "nvidia", NvidiaConfig, ["nvidia.com/gpu"]
+    bad_sections = [
+        {"defaultCores": 200}, {"defaultCores": -1}, {"gpuCorePolicy": "fast"}, {"defaultMemory": -5},
+        {"resourceCountNmae": "nvidia.com/gpu"}, {"defaultGPUNum": "two"}, {"overwriteEnv": "sometimes"},
+        {"resourceCountName": ""},
+        ({"migProfileAllowlist": [{"models": ["A100"], "profiles": ["1g.5gb", "five-gigs"]}]},
+         "migProfileAllowlist.0.profiles"),
+        ({"migProfileAllowlist": [{"models": ["A100"], "profiles": ["g.5gb"]}]}, "migProfileAllowlist.0.profiles"),
+        ({"migProfileAllowlist": [{"models": [], "profiles": ["1g.5gb"]}]}, "migProfileAllowlist.0.models"),
+    ]
 
 
 def test_chart_defaults() -> None:
     cfg = parse_config({})
-    assert cfg == parse_config(None)
-    assert cfg.resource_count_name == "nvidia.com/gpu"
-    assert cfg.resource_memory_name == "nvidia.com/gpumem"
-    assert cfg.resource_memory_percentage_name == "nvidia.com/gpumem-percentage"
-    assert cfg.resource_core_name == "nvidia.com/gpucores"
-    assert cfg.resource_priority_name == "nvidia.com/priority"
-    assert cfg.default_memory == 0
-    assert cfg.default_cores == 0
-    assert cfg.default_gpu_num == 1
-    assert cfg.memory_factor == 1
-    assert cfg.overwrite_env is False
-    assert cfg.gpu_core_policy == "default"
-    assert cfg.runtime_class_name == ""
-    assert cfg.disable_core_limit is False
-    assert cfg.mig_profile_allowlist == []
-    assert cfg.device_split_count == 10
-    assert cfg.device_memory_scaling == 1.0
-    assert cfg.device_core_scaling == 1.0
+    assert_fields(cfg, resource_count_name="nvidia.com/gpu", resource_memory_name="nvidia.com/gpumem",
+                  resource_memory_percentage_name="nvidia.com/gpumem-percentage",
+                  resource_core_name="nvidia.com/gpucores", resource_priority_name="nvidia.com/priority",
+                  default_memory=0, default_cores=0, default_gpu_num=1,
+                  memory_factor=1, gpu_core_policy="default", runtime_class_name="", mig_profile_allowlist=[],
+                  device_split_count=10, device_memory_scaling=1.0, device_core_scaling=1.0)
+    assert cfg.overwrite_env is False and cfg.disable_core_limit is False
 
 
 def test_camel_case_keys_as_in_the_chart() -> None:
@@ -65,37 +69,6 @@ def test_custom_resource_names_flow_into_admission() -> None:
     out = engine.admit(make_pod(container(limits={"hami.io/gpu": "1"})))
     assert out["spec"]["containers"][0]["resources"]["limits"] == {"hami.io/gpu": "1", "hami.io/gpucores": "100"}
     assert out["spec"]["schedulerName"] == "hami-scheduler"
-
-
-@pytest.mark.parametrize(("section", "field"), [
-    ({"defaultCores": 200}, "nvidia.defaultCores"),
-    ({"defaultCores": -1}, "nvidia.defaultCores"),
-    ({"gpuCorePolicy": "fast"}, "nvidia.gpuCorePolicy"),
-    ({"resourceCountNmae": "nvidia.com/gpu"}, "nvidia.resourceCountNmae"),
-    ({"defaultMemory": -5}, "nvidia.defaultMemory"),
-    ({"defaultGPUNum": "two"}, "nvidia.defaultGPUNum"),
-    ({"overwriteEnv": "sometimes"}, "nvidia.overwriteEnv"),
-    ({"resourceCountName": ""}, "nvidia.resourceCountName"),
-    ({"migProfileAllowlist": [{"models": ["A100"], "profiles": ["1g.5gb", "five-gigs"]}]},
-     "nvidia.migProfileAllowlist.0.profiles"),
-    ({"migProfileAllowlist": [{"models": ["A100"], "profiles": ["g.5gb"]}]},
-     "nvidia.migProfileAllowlist.0.profiles"),
-    ({"migProfileAllowlist": [{"models": [], "profiles": ["1g.5gb"]}]}, "nvidia.migProfileAllowlist.0.models"),
-])
-def test_bad_values_name_the_field(section: dict, field: str) -> None:
-    with pytest.raises(ConfigError) as info:
-        parse_config(section)
-    assert f"{field}:" in str(info.value)
-
-
-def test_bad_value_fails_the_engine_with_the_field() -> None:
-    with pytest.raises(ConfigError, match=r"nvidia\.gpuCorePolicy"):
-        make_engine({"gpuCorePolicy": "fast"})
-
-
-def test_section_must_be_a_mapping() -> None:
-    with pytest.raises(ConfigError, match="nvidia"):
-        parse_config(["nvidia.com/gpu"])
 
 
 # ------------------------------------------------------------------------------------ bounds (issue 26)

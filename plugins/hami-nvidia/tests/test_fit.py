@@ -1,6 +1,6 @@
 """NVIDIA ``Fit`` (scheduler §6.6-§6.7, vendors B.6 and the B.10 vectors).
 
-Most vectors call ``hami_nvidia.backend.filter_nodes`` directly with devices in HAMi's sorted order
+Most vectors call :meth:`NvidiaBackend.hami_filter_nodes` directly with devices in HAMi's sorted order
 (Fit walks them from the last to the first); a few run end to end through the engine.
 """
 
@@ -30,7 +30,6 @@ from nvidia_testlib import (
 )
 
 from hami_core.plugins.types import FilterCode, FitCandidate
-from hami_nvidia import backend as nv
 
 
 def two_cards() -> list:
@@ -330,7 +329,7 @@ def test_one_result_per_candidate_in_order() -> None:
     cands = [FitCandidate(FakeNode("a"), [usage("a0", totalmem=100)], {}),
              FitCandidate(FakeNode("b", {CORDON: "b0"}), [usage("b0")], {}),
              FitCandidate(FakeNode("c"), [usage("c0")], {})]
-    results = nv.filter_nodes(b, make_pod(container()), request(1, memreq=120), cands, gpu_policy())
+    results = b.hami_filter_nodes(make_pod(container()), request(1, memreq=120), cands, gpu_policy(), None)
     assert [r.reason if not r.ok else chosen(r) for r in results] == [
         "1/1 CardInsufficientMemory", "1/1 CardCordoned", ["c0"]]
 

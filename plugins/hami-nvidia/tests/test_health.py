@@ -2,7 +2,7 @@
 vendors B.2, B.8 and the B.10 CheckHealth vectors).
 
 ``Engine.upsert_node`` shows devices, dropped backends and the node patch; the (healthy, need_update) pairs
-of HAMi's ``CheckHealth`` are read from ``hami_nvidia.backend.node_health`` directly.
+of HAMi's ``CheckHealth`` are read from :meth:`NvidiaBackend.hami_node_health` directly.
 """
 
 from __future__ import annotations
@@ -28,9 +28,7 @@ from nvidia_testlib import (
     running_pod,
 )
 
-import hami_nvidia.plugin as plugin
 from hami_core.plugins.types import DeviceInfo
-from hami_nvidia import backend as nv
 
 TWO_HOURS = 2 * 3600.0
 DEVICES = [reg("GPU-0", type="NVIDIA-A100"), reg("GPU-1", index=1, type="NVIDIA-A100")]
@@ -38,7 +36,7 @@ OTHER_DEVICES = [reg("GPU-0", type="NVIDIA-A100", health=False), reg("GPU-1", in
 
 
 def health(node: dict[str, Any], state: dict[str, Any], now: float = T0) -> tuple[bool, bool]:
-    report = nv.node_health(make_backend(), node, now, state)
+    report = make_backend().hami_node_health(node, now, state)
     return report.healthy, report.need_update
 
 
@@ -94,8 +92,8 @@ def test_allocatable_drop_to_zero_is_unhealthy_even_with_a_fresh_handshake() -> 
 def test_forgotten_node_starts_clean() -> None:
     # HAMi NodeDeleted: once the bookkeeping is dropped, the same node counts as changed again.
     state: dict[str, Any] = {"test-node": (4, "old"), "other": (2, "x")}
-    plugin.hami_node_removed(make_backend(), "test-node", state)
-    plugin.hami_node_removed(make_backend(), "never-seen", state)  # idempotent
+    make_backend().hami_node_removed("test-node", state)
+    make_backend().hami_node_removed("never-seen", state)  # idempotent
     assert state == {"other": (2, "x")}
     assert health(node(handshake="Heartbeat_2099-01-01T00:00:00Z", allocatable=4), state) == (True, True)
 
@@ -113,7 +111,7 @@ def test_requesting_just_under_60_seconds_is_healthy() -> None:
 
 @pytest.mark.parametrize("value", [None, "", "Reported 2024-01-23 04:30:04.434037031 +0000 UTC", "Deleted_x"])
 def test_anything_else_writes_requesting_now(value: str | None) -> None:
-    report = nv.node_health(make_backend(), node(handshake=value), T0, {})
+    report = make_backend().hami_node_health(node(handshake=value), T0, {})
     assert (report.healthy, report.need_update) == (True, True)
     assert report.annotations == {HANDSHAKE: requesting(T0)}
 
@@ -207,13 +205,13 @@ def test_registration_json_fields(clock: Clock) -> None:
 
 def test_registration_keys_are_case_insensitive() -> None:
     raw = '[{"ID":"GPU-0","Count":5,"Devmem":8192,"Devcore":100,"Type":"NVIDIA-Tesla P4","Health":true}]'
-    (dev,) = nv.node_devices(make_backend(), make_node("n", register=raw))
+    (dev,) = make_backend().hami_node_devices(make_node("n", register=raw))
     assert (dev.id, dev.count, dev.devmem, dev.devcore, dev.type, dev.health) == (
         "GPU-0", 5, 8192, 100, "NVIDIA-Tesla P4", True)
 
 
 def test_no_registration_means_no_devices() -> None:
-    assert nv.node_devices(make_backend(), make_node("cpu", None)) == []
+    assert make_backend().hami_node_devices(make_node("cpu", None)) == []
 
 
 @pytest.mark.parametrize("raw", ["not-valid-json", "[{", '[{"id":"GPU-0","count":"ten"}]', '{"id":"GPU-0"}'])
@@ -233,8 +231,8 @@ def test_malformed_registration_keeps_the_previous_devices(clock: Clock, raw: st
 
 def test_pair_scores_are_attached() -> None:
     scores = '[{"uuid":"GPU-0","score":{"GPU-1":100}},{"uuid":"GPU-1","score":{"GPU-0":100}}]'
-    devs = nv.node_devices(make_backend(), make_node("n", [*DEVICES, reg("GPU-2", index=2)],
-                                                     annotations={SCORE: scores}))
+    devs = make_backend().hami_node_devices(make_node("n", [*DEVICES, reg("GPU-2", index=2)],
+                                                      annotations={SCORE: scores}))
     assert [(d.id, d.pair_scores) for d in devs] == [
         ("GPU-0", {"GPU-1": 100}), ("GPU-1", {"GPU-0": 100}), ("GPU-2", None)]
 

@@ -184,7 +184,7 @@ def test_a_node_view_without_the_mig_summary_is_scanned() -> None:
     pod = {"metadata": {"name": "p"}, "spec": {"containers": []}}
     from nvidia_testlib import default_backend
 
-    first, second = nv.filter_nodes(default_backend(), pod, request(1, memreq=64), cands, gpu_policy())
+    first, second = default_backend().hami_filter_nodes(pod, request(1, memreq=64), cands, gpu_policy(), None)
     assert placements(first.devices) == [("GPU-m", "1g.5gb", 6)]
     assert second.devices[0].custom_info is None
 

@@ -6,9 +6,9 @@ import types
 from pathlib import Path
 
 import pytest
+from nvidia_testlib import parse_config
 
 from hami_nvidia import detect
-from hami_nvidia.config import parse_config
 from hami_nvidia.node import IGNORED_XIDS, device_infos, ignored_xids
 
 UUID0 = "GPU-0f0e0d0c-0000-1111-2222-333344445555"

@@ -237,9 +237,13 @@ def test_no_pynvml_no_watcher(monkeypatch: pytest.MonkeyPatch, caplog: pytest.Lo
 
 
 def test_hook_answers_only_for_nvidia(nvml: ModuleType) -> None:
-    import hami_nvidia.plugin
+    # The watch is a method of the NVIDIA backend: the core's relay never asks it for another backend.
+    from nvidia_testlib import make_backend, plugin_manager
+
+    from hami_core.plugins.relay import RoutedHooks
     from hami_core.plugins.types import DeviceBackend, ResourceNames
 
     other = DeviceBackend(name="ACME", vendor="acme", resource_names=ResourceNames("acme.com/gpu"))
-    assert hami_nvidia.plugin.hami_watch_health(backend=other, devices=[DeviceInfo(id=UUID0)],
-                                                on_health=lambda u, h: None) is None
+    hooks = RoutedHooks(plugin_manager(), [make_backend(), other])
+    assert hooks.hami_watch_health(backend=other, devices=[DeviceInfo(id=UUID0)],
+                                   on_health=lambda u, h: None) is None

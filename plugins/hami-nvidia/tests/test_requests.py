@@ -19,15 +19,14 @@ from nvidia_testlib import (
 )
 
 from hami_core.plugins.types import DeviceRequest
+from hami_core.testing import container_request
 
 NONE: dict[str, Any] = {}
 
 
 def first(engine: Any, ctr: dict[str, Any]) -> DeviceRequest | None:
     """The NVIDIA request of a one-container pod, or None when HAMi would produce ``Nums == 0``."""
-    reqs = engine.requests(make_pod(ctr))
-    assert len(reqs.containers) == 1
-    return reqs.containers[0].get("NVIDIA")
+    return container_request(engine, ctr, "NVIDIA")
 
 
 def req(nums: int, memreq: int, pct: int, cores: int) -> DeviceRequest:

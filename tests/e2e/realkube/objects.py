@@ -123,6 +123,7 @@ class KubeletSim:
         from hami_core.engine.config import load_config
         from hami_core.node.allocate import Allocator
         from hami_core.plugins.manager import get_plugin_manager
+        from hami_core.plugins.relay import RoutedHooks
 
         self.watch_cluster, self.device_cluster = watch_cluster, device_cluster
         self.nodes = set(nodes)
@@ -130,9 +131,10 @@ class KubeletSim:
         self.run_pods, self.confirm_deletions, self.do_allocate = run_pods, confirm_deletions, allocate
         pm = get_plugin_manager()
         backend = next(b for b in pm.backends(load_config({"nvidia": {}}).devices) if b.vendor == "nvidia")
+        hooks = RoutedHooks(pm, [backend])  # as the device plugin calls its backend's hooks
 
         def hook(pod: Mapping[str, Any], index: int, devices: Sequence[Any]) -> Any:
-            return pm.hook.hami_allocate(backend=backend, pod=pod, container_index=index, devices=devices)
+            return hooks.hami_allocate(backend=backend, pod=pod, container_index=index, devices=devices)
 
         self._make = lambda node: Allocator(device_cluster, node, backend, hook)
         self.allocators: dict[str, Any] = {}

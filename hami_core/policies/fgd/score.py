@@ -1,21 +1,13 @@
-"""The ``fgd`` node policy: Fragmentation Gradient Descent (Weng et al., USENIX ATC '23).
+"""The ``fgd`` node policy's score: Fragmentation Gradient Descent (Weng et al., USENIX ATC '23).
 
 Each candidate node is scored by how much placing the pod there grows the node's expected
-fragmentation under the workload mix (:mod:`hami_core.engine.fragmentation`), normalised as in the
-paper to a few score steps (:func:`quantised_score`); the node in the best step wins, and within a step
-the ``scheduler.fgd.ties`` tie-break decides: the fullest node (:func:`packing_scores`), the first learned
-(:func:`order_scores`) or the one the pod brings closest to the mix's CPU per device share
-(:func:`balance_scores`). The pod's devices on the node are chosen by the GPU policy,
-so the growth is computed for the device that policy's fit would take (``fgd``: the least growth,
-``binpack``: the busiest usable one, otherwise the idlest). See docs/fgd.md.
-
-It is a state-only score (``hami_prescore_nodes``), so the engine keeps its best-first evaluation. The
-growth per node is cached per request signature at the node's table stamp: a decision recomputes only
-the nodes that changed since the last pod of the same signature, which keeps it within a small factor of
-binpack. Where the device choice does not depend on the mix (GPU policy binpack/spread, pods without
-devices) the cache holds each class's unweighted growth, so a new mix version re-weights it and computes
-only the classes new to the mix (:mod:`.fgd_growth`); under GPU policy ``fgd`` a new version recomputes.
-Before any workload is known it behaves as binpack.
+fragmentation under the workload mix (:mod:`.fragmentation`, cached per request signature in :mod:`.growth`),
+normalised as in the paper to a few score steps (:func:`quantised_score`); the node in the best step wins, and
+within a step the ``scheduler.fgd.ties`` tie-break decides: the fullest node (:func:`packing_scores`), the first
+learned (:func:`order_scores`) or the one the pod brings closest to the mix's CPU per device share
+(:func:`balance_scores`). The pod's devices on the node are chosen by the GPU policy, so the growth is computed for
+the device that policy's fit would take (``fgd``: the least growth, ``binpack``: the busiest usable one, otherwise
+the idlest). Before any workload is known it is the tie-break alone. See docs/fgd.md.
 """
 
 from __future__ import annotations
@@ -25,18 +17,25 @@ from typing import Any
 
 import numpy as np
 
-from hami_core.default_plugins.fgd_growth import FgdState
 from hami_core.default_plugins.score import default_scores
 from hami_core.engine.pods import host_requests
-from hami_core.engine.workload import Workload, shape_share
-from hami_core.plugins.hookspecs import hookimpl
-from hami_core.plugins.types import GpuPolicy, NodeBatch, PolicyInfo
+from hami_core.engine.workload import shape_share
+from hami_core.plugins.types import GpuPolicy, NodeBatch
+from hami_core.policies.fgd.growth import FgdState
+from hami_core.policies.fgd.mix import Workload
 
-FGD = "fgd"
+__all__ = ["CACHE_KEY", "INFEASIBLE", "TIE_SPAN", "balance_scores", "device_select", "node_scores", "order_scores",
+           "packing_scores", "quantised_score", "score_scale"]
+
+#: Where the growth caches live in ``NodeBatch.cache`` (the engine's plugin cache).
+CACHE_KEY = "fgd"
+
 #: Score of a node where the pod's devices cannot go at all (the fit rejects it anyway).
 INFEASIBLE = -1e12
 #: One step of the quantised growth score outweighs any tie-break (packing: 0-20; order, balance: 0-50).
 _BUCKET = 100.0
+#: The most any tie-break adds to a step's score.
+TIE_SPAN = 50.0
 #: Packing's weight under ``balance``: its 0-20 then moves a score by less than 0.02 of balance's 0-50.
 _PACKING_UNDER_BALANCE = 1e-3
 #: Table rows the ``order`` tie-break tells apart (more than any cluster has nodes).
@@ -97,18 +96,9 @@ def device_select(policy: GpuPolicy) -> str:
     return "binpack" if policy.has("topology-aware") else "spread"
 
 
-@hookimpl
-def hami_scheduling_policies() -> list[PolicyInfo]:
-    return [PolicyInfo(FGD, "node", "fragmentation gradient descent: the node whose expected fragmentation "
-                                    "under the recent workload mix grows least (ties: binpack)",
-                       ranks_all_pods=True)]
-
-
-@hookimpl
-def hami_prescore_nodes(pod: Mapping[str, Any], batch: NodeBatch, policy: GpuPolicy) -> np.ndarray | None:
-    if policy.node != FGD:
-        return None
-    workload = batch.workload
+def node_scores(pod: Mapping[str, Any], batch: NodeBatch, policy: GpuPolicy, workload: Workload | None) -> np.ndarray:
+    """The score of every node of ``batch`` for ``pod``: ``quantised growth x 100 + tie-break`` (``INFEASIBLE`` where
+    its devices cannot go); the tie-break alone while ``workload`` knows no class."""
     ties = workload.tie_break if isinstance(workload, Workload) else "packing"
     if ties == "order":
         tie = order_scores(batch.rows if batch.rows is not None else np.arange(len(batch.nodes)))
@@ -119,9 +109,9 @@ def hami_prescore_nodes(pod: Mapping[str, Any], batch: NodeBatch, policy: GpuPol
     select = device_select(policy)
     host = host_requests(pod)
     if batch.cache is not None and batch.rows is not None and batch.generations is not None:
-        state = batch.cache.get(FGD)
+        state = batch.cache.get(CACHE_KEY)
         if not isinstance(state, FgdState):
-            state = batch.cache[FGD] = FgdState(workload.cache_mib * 2**20)
+            state = batch.cache[CACHE_KEY] = FgdState(workload.cache_mib * 2**20)
         rows = np.asarray(batch.rows, dtype=np.intp)
         growth = state.growth(batch, workload, select, policy.weights, host)
     else:  # a hand-built batch: computed afresh (what node_growth does), keeping the stores for the tie-break
@@ -138,3 +128,10 @@ def hami_prescore_nodes(pod: Mapping[str, Any], batch: NodeBatch, policy: GpuPol
         if ratio > 0 and any(need):  # (else the stores may not hold these rows)
             tie += balance_scores(*state.free_resources(rows, shapes, workload), need, ratio) - 25.0
     return np.where(np.isfinite(growth), quantised_score(growth, workload.steps) * _BUCKET, INFEASIBLE) + tie
+
+
+def score_scale(workload: Workload | None) -> float:
+    """The points of a full score (what normalises to 1.0, ``scheduler.scoreWeights``): the best growth step plus the
+    largest tie-break."""
+    steps = workload.steps if isinstance(workload, Workload) else Workload(0).steps
+    return steps * _BUCKET + TIE_SPAN

@@ -16,7 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from hami_core.engine.fragmentation import (
+from hami_core.engine.workload import Shape
+from hami_core.plugins.types import NodeBatch
+from hami_core.policies.fgd.fragmentation import (
     WEIGHT_FREE_SELECTS,
     Mix,
     class_deltas,
@@ -24,9 +26,8 @@ from hami_core.engine.fragmentation import (
     host_class_deltas,
     placement_delta,
 )
-from hami_core.engine.rowstore import RowStore
-from hami_core.engine.workload import Shape, Workload
-from hami_core.plugins.types import NodeBatch
+from hami_core.policies.fgd.mix import Workload
+from hami_core.policies.fgd.rowstore import RowStore
 
 __all__ = ["CACHE_BYTES", "FgdState", "node_growth"]
 

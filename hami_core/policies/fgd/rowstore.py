@@ -1,7 +1,7 @@
 """Device arrays and mix state for node-table rows, kept across decisions and rebuilt only where a row changed.
 
-Building :class:`~hami_core.engine.fragmentation.DeviceArrays` walks every device in Python and the
-:class:`~hami_core.engine.fragmentation.MixState` costs ``classes x devices`` per row; a fragmentation
+Building :class:`~hami_core.policies.fgd.fragmentation.DeviceArrays` walks every device in Python and the
+:class:`~hami_core.policies.fgd.fragmentation.MixState` costs ``classes x devices`` per row; a fragmentation
 policy needs both for every candidate node on every decision. A :class:`RowStore` keeps them per table
 row, valid while the row's table stamp (``NodeBatch.generations``) and the mix are unchanged, so a
 decision after one placement rebuilds one row.
@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from hami_core.engine.fragmentation import DeviceArrays, Mix, MixState
-from hami_core.engine.workload import MixClass
+from hami_core.policies.fgd.fragmentation import DeviceArrays, Mix, MixState
+from hami_core.policies.fgd.mix import MixClass
 
 _FIELDS = 7  # health, used, count, usedcores, totalcore, usedmem, totalmem
 

@@ -124,7 +124,7 @@ class Mix:
 
     def subset(self, classes: Sequence[int]) -> Mix:
         """The mix of only ``classes`` (indices), over the same types; ``parent_bases`` maps its bases to this
-        mix's (see :meth:`RowStore.sub_state <hami_core.engine.rowstore.RowStore.sub_state>`)."""
+        mix's (see :meth:`RowStore.sub_state <hami_core.policies.fgd.rowstore.RowStore.sub_state>`)."""
         sub = Mix([self.classes[i] for i in classes], self.types)
         first = {int(b): int(self.base[i]) for i, b in zip(reversed(list(classes)), reversed(sub.base.tolist()),
                                                            strict=True)}

@@ -1,8 +1,0 @@
-"""Make the fuzz helpers importable (tests/fuzz is not a package)."""
-
-from __future__ import annotations
-
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).parent))
