@@ -400,7 +400,7 @@ class DrsBackend(StandardBackend):
         """:meth:`fit` on every candidate, counting the slices earlier app containers of the pod took."""
         pod_annotations = annotations(pod)
         init_count = len(containers(pod)[0])
-        mutex = policy.gpu == "mutex"  # HAMi's Enflame Fit compares the whole policy, not its tokens
+        mutex = policy.has("mutex")  # a token of the policy chain (HAMi v2.10, PR #2621: "binpack,mutex" too)
         out = []
         for cand in candidates:
             earlier = cand.allocated.get(self.name, ())

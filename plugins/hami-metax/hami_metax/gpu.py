@@ -94,12 +94,15 @@ class GpuBackend(StandardBackend):
         """
         return capacity_health(node, self.resource_names.count)
 
-    def hami_filter_nodes(self, request: DeviceRequest, candidates: Sequence[FitCandidate]) -> list[FitResult]:
+    def hami_filter_nodes(self, request: DeviceRequest, candidates: Sequence[FitCandidate],
+                          policy: GpuPolicy) -> list[FitResult]:
         """:func:`gpu_fit` on every candidate node, with the cards the pod's earlier containers got there.
 
-        No UUID selection, no ``mutex`` and no quota: HAMi's MetaX GPU fit has none of them.
+        The ``mutex`` GPU policy (a token of the chain) refuses a busy card, as in every HAMi v2.10 backend; no UUID
+        selection and no quota: HAMi's MetaX GPU fit has neither.
         """
-        return [gpu_fit(c.devices, request, c.allocated.get(self.name, ())) for c in candidates]
+        mutex = policy.has("mutex")
+        return [gpu_fit(c.devices, request, c.allocated.get(self.name, ()), mutex=mutex) for c in candidates]
 
     def hami_score_nodes(self, pod: Mapping[str, Any], candidates: Sequence[ScoreCandidate],
                          policy: GpuPolicy) -> list[NodeScore | None]:
@@ -126,7 +129,7 @@ def _never(dev: DeviceUsage) -> bool:
 
 
 def gpu_fit(devices: Sequence[DeviceUsage], request: DeviceRequest,
-            allocated: Iterable[Sequence[ContainerDevice]] = ()) -> FitResult:
+            allocated: Iterable[Sequence[ContainerDevice]] = (), *, mutex: bool = False) -> FitResult:
     """HAMi's standard fit without UUID selection, plus MetaX's custom rule (G.1).
 
     ``allocated`` are the cards earlier containers of the pod received: once there are any, a card
@@ -134,7 +137,7 @@ def gpu_fit(devices: Sequence[DeviceUsage], request: DeviceRequest,
     (:func:`~hami_core.plugins.same_devices_rule`).
     """
     return standard_fit(devices, request, type_ok=None if request.backend == GPU_WORD else _never,
-                        custom_rule=same_devices_rule(tuple(allocated)))
+                        custom_rule=same_devices_rule(tuple(allocated)), mutex=mutex)
 
 
 def topology_value(raw: str, count: int) -> int:

@@ -222,7 +222,7 @@ class SgpuBackend(StandardBackend):
         request_qos = annos.get(QOS_POLICY, "")
         jittery = self.jittery.snapshot()
         init_count = len(containers(pod)[0])
-        mutex = policy.gpu == "mutex"
+        mutex = policy.has("mutex")  # a token of the policy chain (HAMi v2.10, PR #2621)
         out = []
         for cand in candidates:
             own_slots: dict[str, int] = {}

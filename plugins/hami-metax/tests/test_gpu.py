@@ -20,7 +20,7 @@ from metax_testlib import (
     usage,
 )
 
-from hami_core.plugins.types import ContainerDevice, DeviceInfo, DeviceRequest, HealthReport
+from hami_core.plugins.types import ContainerDevice, DeviceInfo, DeviceRequest, GpuPolicy, HealthReport
 from hami_metax import gpu as mx
 
 GPU_REQ = DeviceRequest("Metax-GPU", 1, 0, 100, 100)
@@ -146,8 +146,20 @@ def test_custom_rule_keeps_later_containers_on_the_cards_already_given() -> None
 def test_filter_reads_earlier_containers_from_the_candidate() -> None:
     cand = candidate([gpu_usage("a"), gpu_usage("b", index=1)],
                      allocated={"Metax-GPU": [(ContainerDevice("a", "Metax-GPU", 65536, 100),), ()]})
-    (result,) = backends()[0].hami_filter_nodes(GPU_REQ, [cand])
+    (result,) = backends()[0].hami_filter_nodes(GPU_REQ, [cand], GpuPolicy())
     assert chosen(result) == ["a"]
+
+
+@pytest.mark.parametrize("chain", ["mutex", "binpack,mutex", "mutex,numa"])
+def test_mutex_refuses_a_busy_card(chain: str) -> None:
+    # HAMi v2.10: every backend honours mutex, read as a token of the policy chain (PR #2621).
+    req = DeviceRequest("Metax-GPU", 1, 1024, 0, 10)  # fits a shared card
+    # a card a device plugin splits (count 4), one slot and half its memory and cores taken
+    cand = candidate([usage("a", count=4, totalmem=65536, used=1, usedmem=32768, usedcores=50, type=mx.GPU_WORD)])
+    gpu = backends()[0]
+    assert gpu.hami_filter_nodes(req, [cand], GpuPolicy())[0].ok
+    (result,) = gpu.hami_filter_nodes(req, [cand], GpuPolicy(gpu=chain, gpu_tokens=tuple(chain.split(","))))
+    assert result.reason == "1/1 ExclusiveDeviceAllocateConflict"
 
 
 def test_second_container_of_a_pod_cannot_get_another_card(clock: Clock) -> None:

@@ -70,10 +70,11 @@ def test_mutex_policy_rejects_used_device() -> None:
     mutex = GpuPolicy(gpu="mutex", gpu_tokens=("mutex",))
     (result,) = sgpu.hami_filter_nodes(pod, sreq(memreq=64, cores=50), [candidate([device])], mutex)
     assert result.reason == "1/1 ExclusiveDeviceAllocateConflict"
-    # HAMi compares the whole policy string with "mutex".
-    chain = GpuPolicy(gpu="mutex,numa", gpu_tokens=("mutex", "numa"))
-    (result,) = sgpu.hami_filter_nodes(pod, sreq(memreq=64, cores=50), [candidate([device])], chain)
-    assert result.ok
+    # HAMi v2.10 reads the policy as a chain (PR #2621): "mutex" anywhere in it refuses a busy device.
+    for gpu in ("mutex,numa", "binpack,mutex"):
+        chain = GpuPolicy(gpu=gpu, gpu_tokens=tuple(gpu.split(",")))
+        (result,) = sgpu.hami_filter_nodes(pod, sreq(memreq=64, cores=50), [candidate([device])], chain)
+        assert result.reason == "1/1 ExclusiveDeviceAllocateConflict", gpu
 
 
 def test_every_device_is_checked_and_counted() -> None:
