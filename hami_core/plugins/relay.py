@@ -194,25 +194,25 @@ def _crosscutting(pm: pluggy.PluginManager) -> list[tuple[str, object]]:
     """Plugins that implement a per-backend hook without declaring backends (and are not built-in defaults):
     they apply to every backend."""
     declaring = {impl.plugin_name for impl in pm.hook.hami_device_backends.get_hookimpls()}
-    out = []
-    for name, plugin in pm.list_name_plugin():
-        if name in declaring or name in _DEFAULT_PER_BACKEND or plugin is None:
-            continue
-        if any(getattr(pm.hook, hook).get_hookimpls() and
-               any(impl.plugin is plugin for impl in getattr(pm.hook, hook).get_hookimpls())
-               for hook in PER_BACKEND_HOOKS):
-            out.append((name, plugin))
-    return out
+    implementing = _implementing(pm)
+    return [(name, plugin) for name, plugin in pm.list_name_plugin()
+            if plugin is not None and name in implementing and name not in declaring
+            and name not in _DEFAULT_PER_BACKEND]
+
+
+def _implementing(pm: pluggy.PluginManager, hooks: Iterable[str] = PER_BACKEND_HOOKS) -> set[str]:
+    """Names of the plugins that implement one of ``hooks``."""
+    return {impl.plugin_name for hook in hooks for impl in getattr(pm.hook, hook).get_hookimpls()}
 
 
 def warn_legacy(plugin_name: str, who: str, pm: pluggy.PluginManager, backends: Sequence[DeviceBackend]) -> None:
     """Warn (once per process and plugin) when a plugin declares plain backends and routes its own per-backend hooks."""
     if not backends or any(is_backend_object(b) for b in backends):
         return
-    plugin = pm.get_plugin(plugin_name)
-    routed = [hook for hook in PER_BACKEND_HOOKS
-              if any(impl.plugin is plugin for impl in getattr(pm.hook, hook).get_hookimpls())]
-    if not routed or plugin_name in _warned:
+    if plugin_name in _warned:
+        return
+    routed = [hook for hook in PER_BACKEND_HOOKS if plugin_name in _implementing(pm, (hook,))]
+    if not routed:
         return
     _warned.add(plugin_name)
     message = (f"plugin {who} routes per-backend hooks itself ({', '.join(routed)}); this contract is deprecated "
