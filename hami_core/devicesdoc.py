@@ -43,8 +43,45 @@ def render_devices_page() -> str:
                  b.lock_annotation]
         lines.append(f"| `{b.name}` | " + " | ".join(f"`{c}`" if c else "-" for c in cells) + " |")
     lines += ["", "Backends registered from node capacity (no registration annotation) synthesise their devices from",
-              "`status.capacity`; see each package's README for its rules.", ""]
+              "`status.capacity`; see each package's README for its rules.", "", *DIFFERENCES]
     return "\n".join(lines)
+
+
+#: Where hami-py decides differently from HAMi v2.10.0 on the same objects, on purpose (each says why).
+DIFFERENCES = [
+    "## Where hami-py differs from HAMi v2.10.0",
+    "",
+    "### Lost registrations",
+    "",
+    "HAMi's `GetNodeDevices` fails when a node's registration is missing, empty (`[]`, no capacity) or malformed,",
+    "and its scheduler then keeps the node's cached devices as long as the backend's `CheckHealth` passes. hami-py",
+    "does the same for a malformed registration and for one listing no device (`[]`: HAMi's \"no gpu found on",
+    "node\"), and it runs the health check in every case, so a stale handshake or a capacity of 0 still cleans the",
+    "node up. For a registration that is **absent** (or a capacity that is absent or 0 on a backend whose health",
+    "check always passes) it forgets the devices by default: the extender's resources are `ignoredByScheduler`, so",
+    "kube-scheduler would keep sending pods to a node whose device plugin no longer offers the cards and the",
+    "kubelet would refuse them (`UnexpectedAdmissionError`); on Cambricon, Moore Threads, Kunlun and Enflame DRS,",
+    "whose `CheckHealth` is always true, HAMi keeps them forever. HAMi's rule is one setting away:",
+    "",
+    "```yaml",
+    "scheduler:",
+    "  lostRegistration: keep   # HAMi: cached devices stay until the health check fails (default: drop)",
+    "```",
+    "",
+    "### ResourceQuota",
+    "",
+    "Two ResourceQuotas in one namespace that limit the same device resource: HAMi merges them into one limit",
+    "(the last one seen wins, and deleting either clears it), so the order of watch events decides the limit.",
+    "hami-py keeps each object's limit and a pod must fit all of them, as kube-apiserver's own quota admission",
+    "does for `requests.*`.",
+    "",
+    "### Negative core requests",
+    "",
+    "HAMi keeps a negative `nvidia.com/gpucores` (a hand-made pod object; the API server refuses negative",
+    "quantities): the pod then books negative cores, giving back other pods' compute on that GPU. hami-py reads it",
+    "as 0. This is not configurable: the HAMi behaviour lets one tenant's pod take another's share.",
+    "",
+]
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ def test_bundled_demo_places_what_fits(capsys: pytest.CaptureFixture[str]) -> No
     run = report["runs"][0]
     assert (run["policy"], run["node_policy"], run["gpu_policy"], run["seed"]) == ("binpack/spread", "binpack",
                                                                                     "spread", None)
-    assert run["tasks"] == 51 and run["placed"] == 48 and run["failed"] == 3
+    assert run["tasks"] == 55 and run["placed"] == 52 and run["failed"] == 3
     # a pod without devices still gets a node (binpack: the most allocated one that has room)
     assert pods["default/web-frontend"]["skipped"] and pods["default/web-frontend"]["node"] == "gpu-a100-0"
     big = pods["research/too-big"]
@@ -47,7 +47,7 @@ def test_table_report(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate", "--no-progress"]) == 0
     out = capsys.readouterr().out
     for text in ("Placements (arrival order", "Device usage per node", "Policies compared",
-                 "47/50 pods requesting devices were placed"):
+                 "51/54 pods requesting devices were placed"):
         assert text in out
 
 
@@ -262,7 +262,7 @@ def test_fgd_policy_in_simulate(capsys: pytest.CaptureFixture[str]) -> None:
         ("fgd", "fgd"), ("fgd", "binpack")]
     for policy in ("fgd", "fgd/binpack"):
         run = runs[policy]
-        assert run["tasks"] == 51 and run["placed"] + run["failed"] == 51
+        assert run["tasks"] == 55 and run["placed"] + run["failed"] == 55
         assert run["placed"] >= runs["binpack"]["placed"] - 1
     alone = _run_json(capsys, "--policy", "fgd")
     pods = _placements(alone)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model, field_validator
 
@@ -78,6 +78,10 @@ class _SchedulerSettings(BaseModel):
     node_lock_timeout: float = Field(300.0, alias="nodeLockTimeout", gt=0, le=MAX_NODE_LOCK_TIMEOUT_S)
     score_weights: dict[Annotated[str, Field(min_length=1, max_length=253)], ScoreWeight] = Field(
         default_factory=dict, alias="scoreWeights")
+    #: What a node whose registration for a backend is absent or empty (``[]``, capacity 0) keeps while the
+    #: backend's health check passes: ``drop`` (default) forgets its devices, ``keep`` is HAMi's rule (the
+    #: cached devices stay until the health check fails). docs/devices.md, "Lost registrations", says why.
+    lost_registration: Literal["drop", "keep"] = Field("drop", alias="lostRegistration")
 
     @field_validator("node_scheduler_policy")
     @classmethod

@@ -141,6 +141,7 @@ class ClusterState:
 
     def __init__(self, config: EngineConfig, plugins: Any, clock: Callable[[], float]) -> None:
         self.config = config
+        self._keep_lost = config.scheduler.lost_registration == "keep"
         self.plugins = plugins
         self.clock = clock
         self.backends: dict[str, DeviceBackend] = {b.name: b for b in plugins.backends(config.devices)}
@@ -201,32 +202,44 @@ class ClusterState:
             else:
                 read[backend.name] = got
             devices, error = got
-            if devices is None:  # unreadable: keep the previous devices
-                errors[backend.name] = error
-                previous = state.devices.get(backend.name)
-                if previous:
-                    new[backend.name] = [d.info for d in previous]
-                log.warning("node %s: cannot read %s registration, keeping previous devices: %s",
-                            name, backend.name, error)
-                continue
             if error:
                 errors[backend.name] = error
-            report = self.hook.hami_node_health(backend=backend, node=node, devices=devices, now=now,
+            previous = [d.info for d in state.devices.get(backend.name) or ()]
+            reported = devices or []
+            # HAMi runs CheckHealth whatever GetNodeDevices said; a backend reads the devices the node reports now
+            # (none when its registration is unreadable).
+            report = self.hook.hami_node_health(backend=backend, node=node, devices=reported, now=now,
                                                 state=self._health_state[backend.name])
             if report is not None and not isinstance(report, HealthReport):
                 raise PluginError(f"plugin {backend.plugin!r}: hami_node_health returned {report!r}")
             if report is not None:
                 patch.update(report.annotations)
                 if not report.healthy:
-                    unhealthy[backend.name] = report.reason or "registration is stale"
-                    if state.devices.get(backend.name) and backend.handshake_annotation and backend.cleanup_handshake:
+                    if previous or reported:  # HAMi skips the clean-up of a vendor the node never had
+                        unhealthy[backend.name] = report.reason or "registration is stale"
+                    if previous and backend.handshake_annotation and backend.cleanup_handshake:
                         # HAMi's NodeCleanUp: a node dropped from the cache loses its handshake mark.
                         patch[backend.handshake_annotation] = None
                     self.hook.hami_node_removed(backend=backend, node_name=name,
                                                 state=self._health_state[backend.name])
                     continue
-            if devices:
-                new[backend.name] = devices
+            if reported:
+                new[backend.name] = reported
+            elif previous and devices is None:
+                # Unreadable (malformed, or HAMi's "no gpu found on node" for a registration listing none): HAMi's
+                # GetNodeDevices fails and, the health check above having passed, its scheduler keeps the cache.
+                if backend.name not in memo:  # once per registration change, not on every lock update
+                    log.warning("node %s: cannot read %s registration, keeping its %d cached device(s): %s",
+                                name, backend.name, len(previous), error)
+                new[backend.name] = previous
+            elif previous and self._keep_lost:
+                # An absent registration (or no capacity) keeps the cached devices while the health check passes
+                # under `scheduler.lostRegistration: keep`, HAMi's rule ("annos not found" is a GetNodeDevices
+                # error there); the default forgets them. docs/devices.md, "Lost registrations", says why.
+                if backend.name not in memo:
+                    log.info("node %s: no %s registration; keeping its %d cached device(s) while it is healthy",
+                             name, backend.name, len(previous))
+                new[backend.name] = previous
         state.registration = (content, read)
         state.errors = errors
         if new != state.infos:

@@ -20,6 +20,11 @@ from hami_core.wire import keys
 
 log = logging.getLogger("hami.node")
 
+#: NodeContext.state keys a backend's ``hami_discover_devices`` may set to choose, for this node, whether kubelet
+#: gets each device's NUMA node (TopologyInfo) and whether the plugin registers GetPreferredAllocation.
+NUMA_TOPOLOGY_STATE = "node.numa_topology"
+PREFERRED_ALLOCATION_STATE = "node.preferred_allocation"
+
 
 class DevicePluginApp:
     """One vendor backend on one node: the gRPC server, the register loop, the kubelet and health watchers."""
@@ -45,11 +50,15 @@ class DevicePluginApp:
         self._device_ids = frozenset(d.id for d in self.devices)
         allocator = Allocator(cluster, node_name, backend, self._allocate)
         cfg = backend.config
+        # Discovery may decide these for this node only (NVIDIA: its per-node config.json) by leaving them in the
+        # context's state; otherwise the backend config's enable_numa_topology, and no preferred allocation.
+        state = self.context.state
         self.server = DevicePluginServer(
             resource_name=backend.resource_names.count,
             socket_path=plugin_dir / socket_name(backend.vendor, backend.resource_names.count),
             devices=self.devices, allocator=allocator, kubelet_socket=self.kubelet_socket,
-            numa_topology=bool(getattr(cfg, "enable_numa_topology", False)))
+            numa_topology=bool(state.get(NUMA_TOPOLOGY_STATE, getattr(cfg, "enable_numa_topology", False))),
+            preferred_allocation=bool(state.get(PREFERRED_ALLOCATION_STATE, False)))
         self.writer = RegistrationWriter(cluster, node_name, backend.register_annotation or keys.NODE_NVIDIA_REGISTER)
         self.watcher = KubeletWatcher(self.kubelet_socket, self.restart, interval_s=watch_interval_s)
         self.register_interval_s = register_interval_s

@@ -91,12 +91,12 @@ def capacity_count(node: Mapping[str, Any], name: str) -> int | None:
 
 def capacity_health(node: Mapping[str, Any], name: str) -> HealthReport:
     """HAMi's ``CheckHealth`` for whole cards counted by ``status.capacity[name]`` (Enflame GCU, MetaX GPU): healthy
-    when the capacity is above 0, refreshed every time. A node without the key has no such card to be unhealthy
-    about (as the generic rule treats nodes without devices); a capacity of 0 (or unreadable) is a device plugin
-    saying it has none."""
+    when the capacity is above 0, refreshed every time. An absent, 0 or unreadable capacity is unhealthy, as in
+    HAMi (Go reads it as 0): a node that had such cards loses them whatever ``scheduler.lostRegistration`` says;
+    the engine reports nothing for a node that never had them (HAMi skips the clean-up of a vendor not cached)."""
     raw = node_capacity(node, name)
     if raw is None:
-        return HealthReport(True, False)
+        return HealthReport(False, True, reason=f"status.capacity[{name}] is absent")
     if (as_int64(raw) or 0) > 0:
         return HealthReport(True, True)
     return HealthReport(False, True, reason=f"status.capacity[{name}] is {raw!r}")

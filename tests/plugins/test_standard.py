@@ -149,7 +149,9 @@ def test_capacity_count() -> None:
 
 
 def test_capacity_health() -> None:
-    assert capacity_health(node("n1"), "acme.com/npu") == HealthReport(True, False)
+    # absent capacity is unhealthy as in HAMi (Go reads a missing quantity as 0): the node's cards are cleaned up
+    assert capacity_health(node("n1"), "acme.com/npu") == HealthReport(
+        False, True, reason="status.capacity[acme.com/npu] is absent")
     assert capacity_health(node("n1", capacity={"acme.com/npu": 2}), "acme.com/npu") == HealthReport(True, True)
     for none in (0, "x"):
         sick = capacity_health(node("n1", capacity={"acme.com/npu": none}), "acme.com/npu")

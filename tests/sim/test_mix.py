@@ -55,7 +55,7 @@ def test_fgd_mix_flag(capsys: pytest.CaptureFixture[str]) -> None:
     report = json.loads(capsys.readouterr().out)
     assert report["inputs"]["fgd_mix"] == "trace"
     (run,) = report["runs"]
-    assert run["placed"] + run["failed"] == run["tasks"] == 51
+    assert run["placed"] + run["failed"] == run["tasks"] == 55
     assert main(["simulate", "--fgd-mix", "oracle"]) == 2
     assert "invalid choice: 'oracle'" in capsys.readouterr().err
 

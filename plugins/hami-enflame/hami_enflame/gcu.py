@@ -68,8 +68,8 @@ class GcuBackend(StandardBackend):
     def hami_node_health(self, node: Mapping[str, Any], devices: Sequence[DeviceInfo], now: float) -> HealthReport:
         """HAMi ``CheckHealth`` for GCU: healthy iff ``status.capacity[<resourceNameGCU>] > 0``; always refresh.
 
-        A node without the capacity key has no GCU to be unhealthy about (as the generic rule treats nodes
-        without devices).
+        A node without the capacity key is unhealthy too, as in HAMi: its cached GCUs are cleaned up even under
+        ``scheduler.lostRegistration: keep``.
         """
         return capacity_health(node, self.resource_names.count)
 

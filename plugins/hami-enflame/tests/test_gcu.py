@@ -23,17 +23,21 @@ def test_cards_are_synthesised_from_capacity() -> None:
 def test_health_is_capacity_above_zero() -> None:
     gcu, _ = backends()
     assert gcu.hami_node_health(gcu_node("g1", 2), [], T0) == HealthReport(True, True)
-    assert gcu.hami_node_health(gcu_node("g1", None), [], T0) == HealthReport(True, False)
+    assert gcu.hami_node_health(gcu_node("g1", None), [], T0) == HealthReport(
+        False, True, reason="status.capacity[enflame.com/gcu] is absent")
     assert gcu.hami_node_health(gcu_node("g1", 0), [], T0) == HealthReport(
         False, True, reason="status.capacity[enflame.com/gcu] is '0'")
 
 
-def test_zero_capacity_drops_the_cards_and_bad_capacity_keeps_them() -> None:
+def test_zero_or_bad_capacity_drops_the_cards() -> None:
+    # HAMi CheckHealth reads an unreadable capacity as 0: unhealthy, the cards are cleaned up (GetNodeDevices's
+    # error is reported as well).
     engine = make_engine()
     engine.upsert_node(gcu_node("g1", 2))
     status = engine.upsert_node(gcu_node("g1", "1.5"))
-    assert status.devices == {"GCU": 2}
+    assert status.devices == {}
     assert "status.capacity[enflame.com/gcu]" in status.errors["GCU"]
+    engine.upsert_node(gcu_node("g1", 2))
     status = engine.upsert_node(gcu_node("g1", 0))
     assert status.devices == {}
     assert status.unhealthy == {"GCU": "status.capacity[enflame.com/gcu] is '0'"}
@@ -88,3 +92,15 @@ def test_schedule_writes_both_keys_and_no_lock() -> None:
     again = engine.schedule(make_pod(container(limits={GCU: 1}), name="q"))
     assert again.node is None
     assert again.failed["g1"] == "2/2 ExclusiveDeviceAllocateConflict"
+
+
+def test_capacity_removed_is_unhealthy_even_when_lost_registrations_are_kept() -> None:
+    # HAMi GCUDevices.CheckHealth: no enflame.com/gcu capacity reads as 0, unhealthy, and the cards are cleaned up;
+    # before, the missing key was "healthy, nothing to refresh", so HAMi's keep rule would have kept the cards.
+    engine = make_engine(scheduler={"lostRegistration": "keep"})
+    engine.upsert_node(gcu_node("g1", 2))
+    status = engine.upsert_node(gcu_node("g1", None))
+    assert status.devices == {}
+    assert status.unhealthy == {"GCU": "status.capacity[enflame.com/gcu] is absent"}
+    # a node that never had GCUs reports nothing (HAMi skips the clean-up of a vendor it has not cached)
+    assert engine.upsert_node(gcu_node("g2", None)).unhealthy == {}

@@ -27,6 +27,7 @@ from hami_core.plugins import (
 # Not from hami_core.plugins: there the name ``annotations`` is the ``from __future__ import annotations`` feature.
 from hami_core.plugins.objects import annotations
 from hami_core.wire import keys
+from hami_core.wire.common import wire_error
 from hami_core.wire.nodes import decode_node_devices_json
 from hami_core.wire.quantity import parse_quantity
 from hami_kunlun.config import KunlunConfig
@@ -71,14 +72,18 @@ class XpuBackend(WingBackend):
     def hami_node_devices(self, node: Mapping[str, Any]) -> Sequence[DeviceInfo]:
         """vXPU cards from the ``hami.io/node-register-xpu`` JSON list (HAMi ``KunlunVDevices.GetNodeDevices``).
 
-        No annotation ⇒ none (and so does ``[]``: HAMi's vXPU decoder has no "no gpu found" error); malformed
-        JSON raises :class:`WireFormatError` naming the annotation.
+        No annotation ⇒ none; malformed JSON, and a list without a device (``[]``, ``null``: HAMi's "no device
+        found on node"), raise :class:`WireFormatError` naming the annotation, so the node keeps its cached cards
+        while its handshake is fresh, as HAMi's scheduler does.
         """
         key = self.register_annotation or XPU_REGISTER
         raw = annotations(node).get(key)
         if raw is None:
             return []
-        return decode_node_devices_json(raw, key=key)
+        devices = decode_node_devices_json(raw, key=key)
+        if not devices:
+            raise wire_error(key, "no device found on node")
+        return devices
 
     # ----------------------------------------------------------------------------------- admission
     def hami_mutate_container(self, pod: dict[str, Any], container: dict[str, Any]) -> Mutation:

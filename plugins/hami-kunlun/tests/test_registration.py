@@ -69,3 +69,18 @@ def test_kunlun_always_healthy_and_xpu_uses_the_handshake() -> None:
     stale["status"]["allocatable"][VXPU] = "0"
     report = engine.hook.hami_node_health(backend=xb, node=stale, devices=devs, now=T0 + 86400 * 30, state={})
     assert report.healthy is False
+
+
+@pytest.mark.parametrize("raw", ["[]", "null"])
+def test_xpu_registration_listing_no_card_keeps_the_cached_cards_while_the_handshake_is_fresh(raw: str) -> None:
+    # HAMi KunlunVDevices.GetNodeDevices: "no device found on node" is an error, so its scheduler keeps the node's
+    # cached vXPU cards while CheckHealth passes (before: [] was "no cards" and the node lost them).
+    engine = make_engine()
+    engine.upsert_node(xpu_node("x1", 2))
+    with pytest.raises(WireFormatError, match="no device found on node"):
+        engine.backends["XPU"].hami_node_devices(node("x1", annotations={XPU_REGISTER: raw}))
+    empty = xpu_node("x1", 2)
+    empty["metadata"]["annotations"][XPU_REGISTER] = raw
+    status = engine.upsert_node(empty)
+    assert status.devices == {"XPU": 2}
+    assert "no device found on node" in status.errors["XPU"]

@@ -89,8 +89,7 @@ class GpuBackend(StandardBackend):
     def hami_node_health(self, node: Mapping[str, Any]) -> HealthReport:
         """HAMi ``CheckHealth`` for MetaX GPU: healthy iff the node's capacity is > 0; always refresh.
 
-        A node without the capacity key has no MetaX GPU to be unhealthy about (as hami-core's generic
-        health treats nodes without devices); a capacity of 0 is a device plugin saying it has none.
+        An absent or 0 capacity is unhealthy, as in HAMi: the node's cached cards are cleaned up.
         """
         return capacity_health(node, self.resource_names.count)
 

@@ -63,21 +63,26 @@ def test_zero_capacity_is_unhealthy_and_drops_the_cards(clock: Clock) -> None:
 def test_health_is_capacity_above_zero() -> None:
     gpu, _ = backends()
     assert gpu.hami_node_health(gpu_node("g1", 1)) == HealthReport(True, True)
-    assert gpu.hami_node_health(gpu_node("g1", None)) == HealthReport(True, False)
+    assert gpu.hami_node_health(gpu_node("g1", None)) == HealthReport(
+        False, True, reason="status.capacity[metax-tech.com/gpu] is absent")
     assert gpu.hami_node_health(gpu_node("g1", "-1")).healthy is False
     assert gpu.hami_node_health(gpu_node("g1", "2.5")) == HealthReport(
         False, True, reason="status.capacity[metax-tech.com/gpu] is '2.5'")
 
 
-def test_malformed_capacity_keeps_the_previous_cards(clock: Clock) -> None:
+def test_malformed_capacity_is_an_error_and_unhealthy(clock: Clock) -> None:
+    # HAMi: GetNodeDevices fails, and CheckHealth reads the capacity as 0 (AsInt64's ok ignored): unhealthy, so the
+    # node's cards are cleaned up rather than kept as for a handshake-checked registration.
     engine = make_engine(clock=clock)
     engine.upsert_node(gpu_node("g1", 2))
     status = engine.upsert_node(gpu_node("g1", "1.5"))
-    assert status.devices == {"Metax-GPU": 2}
+    assert status.devices == {}
     assert status.errors["Metax-GPU"] == ("node g1: status.capacity[metax-tech.com/gpu]: '1.5' is not a whole "
                                           "number of devices")
+    assert status.unhealthy == {"Metax-GPU": "status.capacity[metax-tech.com/gpu] is '1.5'"}
+    engine.upsert_node(gpu_node("g1", 2))
     status = engine.upsert_node(gpu_node("g1", "lots"))
-    assert status.devices == {"Metax-GPU": 2}
+    assert status.devices == {}
     assert "status.capacity[metax-tech.com/gpu]" in status.errors["Metax-GPU"]
 
 

@@ -80,13 +80,15 @@ def test_malformed_registration_names_the_annotation(raw: str, message: str) -> 
     assert str(info.value).startswith(message)
 
 
-def test_malformed_registration_keeps_the_previous_devices(clock: Clock) -> None:
+def test_malformed_registration_is_an_error_and_unhealthy(clock: Clock) -> None:
+    # HAMi: CheckHealth decodes the annotation again and finds no device (len 0): unhealthy, the node's sGPUs are
+    # cleaned up (a handshake-checked backend would keep them while its handshake is fresh).
     engine = make_engine(clock=clock)
     engine.upsert_node(sgpu_node("s1", [sdev("GPU-a"), sdev("GPU-b")]))
     status = engine.upsert_node(sgpu_node("s1", raw='[{"uuid": "GPU-a", "totalDevCount": "lots"}]'))
-    assert status.devices == {"Metax-SGPU": 2}
+    assert status.devices == {}
     assert status.errors["Metax-SGPU"].startswith('metax-tech.com/node-gpu-devices: device 0: field "totalDevCount"')
-    assert [d.id for d in engine.nodes["s1"].devices["Metax-SGPU"]] == ["GPU-a", "GPU-b"]
+    assert status.unhealthy == {"Metax-SGPU": "metax-tech.com/node-gpu-devices lists no device"}
 
 
 @pytest.mark.parametrize("raw", ["[]", "null"])   # "test devices len 0"

@@ -55,7 +55,7 @@ from hami_core.plugins import (
 # not from hami_core.plugins: there the name ``annotations`` is the ``from __future__`` feature, not the helper
 from hami_core.plugins.objects import annotations
 from hami_core.wire import keys
-from hami_core.wire.common import split_list
+from hami_core.wire.common import split_list, wire_error
 from hami_core.wire.mig import (
     MIG_PLACEMENT_CUSTOM_INFO,
     MIG_PROFILE_CUSTOM_INFO,
@@ -114,15 +114,20 @@ class NvidiaBackend(StandardBackend):
         """Devices from ``hami.io/node-nvidia-register`` with topology pair scores attached.
 
         HAMi ≥ 2.8 writes JSON; the legacy colon/comma form of older device plugins is read too (HAMi
-        itself rejects it, quirk §12.1.9). No annotation, or a blank one, ⇒ no devices (the base would
-        call a blank value "no gpu found").
+        itself rejects it, quirk §12.1.9). No annotation ⇒ no devices (a node without NVIDIA GPUs; after a
+        registration the engine keeps the cached devices while the handshake is healthy). A blank value, or
+        one listing no device (``[]``), is HAMi's ``GetNodeDevices`` error ("no gpu found on node"): it raises
+        :class:`~hami_core.plugins.WireFormatError`, so the node keeps its cached devices (HAMi's scheduler
+        skips the node's update on that error) instead of losing them while its device plugin restarts.
         """
         annos = annotations(node)
         key = self.register_annotation or keys.NODE_NVIDIA_REGISTER
         raw = annos.get(key)
-        if raw is None or not raw.strip():
+        if raw is None:
             return []
-        devices = decode_node_devices(raw, key=key)
+        devices = decode_node_devices(raw, key=key)  # a blank value is malformed (WireFormatError), as in Go
+        if not devices:
+            raise wire_error(key, "no gpu found on node")
         scores_raw = annos.get(keys.NODE_NVIDIA_SCORE)
         if scores_raw and scores_raw.strip():
             scores = decode_pair_scores(scores_raw, key=keys.NODE_NVIDIA_SCORE)

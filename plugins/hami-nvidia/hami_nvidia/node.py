@@ -32,7 +32,7 @@ from hami_core.plugins.types import (
     Placement,
 )
 from hami_core.wire.common import parse_go_bool
-from hami_nvidia.config import NvidiaConfig
+from hami_nvidia.config import MIG_STRATEGY_ENV, NodeConfig, NvidiaConfig
 from hami_nvidia.detect import OVERRIDE_ENV, Gpu
 from hami_nvidia.version import __version__
 
@@ -484,19 +484,73 @@ class MigWatch:
 # ------------------------------------------------------------------------------------------ hook entry points
 # What NvidiaBackend's node-side hooks run (it imports this module inside those methods). The device plugin's
 # NodeContext.state (hami_core.plugins.node_context) keeps what one device plugin process learns once.
-_MODE_STATE, _GPUS_STATE, _MIG_STATE = "nvidia.operatingmode", "nvidia.gpus", "nvidia.mig"
+_NODE_STATE, _GPUS_STATE, _MIG_STATE = "nvidia.nodeconfig", "nvidia.gpus", "nvidia.mig"
+#: Keys of NodeContext.state that ``hami device-plugin`` (hami_core.node.app) reads after discovery: this node's
+#: ``enablenumatopology`` and ``enablegetpreferredallocation`` from config.json (kubelet-facing, so the core's).
+NUMA_TOPOLOGY_STATE = "node.numa_topology"
+PREFERRED_ALLOCATION_STATE = "node.preferred_allocation"
+
+
+def node_config(ctx: Any) -> NodeConfig:
+    """This node's entries of the per-node config.json, read once per device plugin (HAMi reads it at start)."""
+    from hami_nvidia.config import load_node_config
+
+    if ctx is not None and _NODE_STATE in ctx.state:
+        cached: NodeConfig = ctx.state[_NODE_STATE]
+        return cached
+    name = ctx.node_name if ctx is not None else os.environ.get("NODE_NAME", "")
+    nc = load_node_config(name)
+    if nc.entries:
+        log.info("%s: node %s (nodeconfig%s): operatingmode %s, overrides %s, filterdevices %s", nc.source, name,
+                 "".join(f"[{i}]" for i in nc.entries), nc.operating_mode, dict(nc.overrides) or "none",
+                 nc.filter_devices or "none")
+    if nc.mig_strategy:
+        # HAMi v2.10.0 parses the key and never reads it; its strategy is --mig-strategy ($MIG_STRATEGY) alone.
+        log.warning("%s: node %s: migstrategy %r is not applied (as in HAMi); set $%s for the device plugin",
+                    nc.source, name, nc.mig_strategy, MIG_STRATEGY_ENV)
+    if ctx is not None:
+        ctx.state[_NODE_STATE] = nc
+    return nc
 
 
 def _operating_mode(ctx: Any) -> str:
-    """This node's ``operatingmode`` (per-node config.json), read once per device plugin."""
-    from hami_nvidia.config import operating_mode
+    """This node's ``operatingmode`` (per-node config.json)."""
+    return node_config(ctx).operating_mode
 
-    if ctx is not None and _MODE_STATE in ctx.state:
-        return str(ctx.state[_MODE_STATE])
-    mode = operating_mode(ctx.node_name if ctx is not None else os.environ.get("NODE_NAME", ""))
-    if ctx is not None:
-        ctx.state[_MODE_STATE] = mode
-    return mode
+
+def node_settings(cfg: NvidiaConfig, ctx: Any) -> NvidiaConfig:
+    """The ``nvidia:`` section with this node's config.json overrides (split count, scaling, ...)."""
+    return node_config(ctx).apply(cfg)
+
+
+def select_gpus(gpus: Sequence[Gpu], nc: NodeConfig, strategy: str) -> list[Gpu]:
+    """The GPUs this node's device plugin serves, in discovery order.
+
+    ``filterdevices`` leaves out every GPU named by UUID or index (HAMi removes them from its device map, so
+    they are neither advertised to kubelet nor registered). With MIG strategy ``single`` or ``mixed``, HAMi's
+    device map (NVIDIA's ``buildGPUDeviceMap``) has no MIG-enabled GPU as a GPU: they are left out here too, and
+    their MIG devices, which HAMi serves as ``nvidia.com/gpu`` (single) or ``nvidia.com/mig-<profile>``
+    (mixed), are not served (not built). ``single`` with MIG and non-MIG GPUs on one node is HAMi's error
+    "all devices on the node must be configured with the same migEnabled value" (raises :class:`ConfigError`).
+    """
+    from hami_core.plugins import ConfigError
+
+    out = []
+    for g in gpus:
+        if nc.excludes(g.uuid, g.index):
+            log.info("GPU %s (index %d): in filterdevices of %s; not served", g.uuid, g.index, nc.source)
+            continue
+        out.append(g)
+    if strategy == "none":
+        return out
+    mig = [g for g in out if g.mig_enabled]
+    if strategy == "single" and mig and len(mig) != len(out):
+        raise ConfigError(f"{MIG_STRATEGY_ENV}=single: all devices on the node must be configured with the same "
+                          f"migEnabled value ({len(mig)} of {len(out)} GPUs have MIG enabled)")
+    for g in mig:
+        log.warning("GPU %s: MIG is enabled and the MIG strategy is %s: not served as a GPU (serving its MIG "
+                    "devices as their own resources is not built)", g.uuid, strategy)
+    return [g for g in out if not g.mig_enabled]
 
 
 def _mig_manager(cfg: NvidiaConfig, ctx: Any) -> Any:
@@ -518,19 +572,32 @@ def _mig_manager(cfg: NvidiaConfig, ctx: Any) -> Any:
 
 
 def discover_devices(cfg: NvidiaConfig) -> list[DeviceInfo]:
-    """``hami_discover_devices``: hami-core/mps: every GPU with deviceSplitCount replicas; mig: the GPUs with
-    allowlisted MIG profiles, each registered with its profiles (spec node.md §2.5, §2.12 b)."""
+    """``hami_discover_devices``: hami-core/mps: every served GPU with deviceSplitCount replicas; mig: the GPUs
+    with allowlisted MIG profiles, each registered with its profiles (spec node.md §2.5, §2.12 b).
+
+    The node's config.json entries apply first (split count, scaling, ``preconfigureddevicememory``,
+    ``filterdevices``, ...), and ``$MIG_STRATEGY`` decides whether MIG-enabled GPUs are served (:func:`select_gpus`).
+    """
     from hami_core.plugins import ConfigError, current
     from hami_nvidia import detect
+    from hami_nvidia.config import mig_strategy
 
     ctx = current()
-    mode = _operating_mode(ctx)
+    nc = node_config(ctx)
+    cfg = nc.apply(cfg)
+    strategy = mig_strategy()
+    mode = nc.operating_mode
     try:
-        gpus = detect.discover(pre_configured_memory_mib=cfg.pre_configured_device_memory, mig_profiles=mode == "mig")
+        found = detect.discover(pre_configured_memory_mib=cfg.pre_configured_device_memory,
+                                mig_profiles=mode == "mig")
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+    # A GPU left out is not this plugin's: the MIG manager never sees it either (it resets idle GPUs).
+    gpus = select_gpus(found, nc, strategy)
     if ctx is not None:
         ctx.state[_GPUS_STATE] = gpus
+        ctx.state[NUMA_TOPOLOGY_STATE] = cfg.enable_numa_topology
+        ctx.state[PREFERRED_ALLOCATION_STATE] = nc.enable_get_preferred_allocation
     if mode == "mig":
         infos = mig_device_infos(cfg, gpus)
         logging.getLogger("hami.nvidia.mig").info("operatingmode mig: %d of %d GPUs registered with MIG profiles",
@@ -566,6 +633,7 @@ def allocate(cfg: NvidiaConfig, pod: Mapping[str, Any], container_index: int,
     from hami_core.plugins import current
 
     ctx = current()
+    cfg = node_settings(cfg, ctx)  # this node's memory scaling (CUDA_OVERSUBSCRIBE) and libcudaloglevel
     if _operating_mode(ctx) == "mig":
         return mig_allocation(_mig_manager(cfg, ctx), pod, container_index, devices)
     return allocation(cfg, pod, container_index, devices)

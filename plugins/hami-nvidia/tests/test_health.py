@@ -28,6 +28,7 @@ from nvidia_testlib import (
     running_pod,
 )
 
+from hami_core.plugins.errors import WireFormatError
 from hami_core.plugins.types import DeviceInfo
 
 TWO_HOURS = 2 * 3600.0
@@ -227,6 +228,61 @@ def test_malformed_registration_keeps_the_previous_devices(clock: Clock, raw: st
     assert engine.nodes["test-node"].by_uuid["GPU-0"].usedmem == 1000
     # The node still schedules on what it had.
     assert engine.schedule(make_pod(gpu_container(mem=100)), ["test-node"]).node == "test-node"
+
+
+@pytest.mark.parametrize("raw", ["[]", "", "  ", "null"])
+def test_a_registration_listing_no_gpu_is_an_error(raw: str) -> None:
+    # HAMi GetNodeDevices: "no gpu found on node" for [] and null, a JSON error for a blank value.
+    with pytest.raises(WireFormatError) as err:
+        make_backend().hami_node_devices(make_node("n", register=raw))
+    assert REGISTER in str(err.value)
+
+
+@pytest.mark.parametrize("raw", ["[]", ""])
+def test_an_empty_registration_with_a_fresh_handshake_keeps_the_cached_devices(clock: Clock, raw: str) -> None:
+    # HAMi's register loop: GetNodeDevices fails, CheckHealth says healthy, so the node's update is skipped and
+    # its cached devices (and their bookings) stay schedulable while the device plugin rewrites the annotation.
+    engine = make_engine(clock=clock)
+    engine.upsert_node(node(handshake=requesting(T0), allocatable=20))
+    engine.upsert_pod(running_pod("holder", "test-node", "GPU-0,NVIDIA,1000,0:;"))
+    status = engine.upsert_node(node(handshake=requesting(T0), allocatable=20, register=raw))
+    assert (status.devices, status.unhealthy) == ({"NVIDIA": 2}, {})
+    assert list(status.errors) == ["NVIDIA"] and REGISTER in status.errors["NVIDIA"]
+    assert [d.id for d in engine.nodes["test-node"].devices["NVIDIA"]] == ["GPU-0", "GPU-1"]
+    assert engine.nodes["test-node"].by_uuid["GPU-0"].usedmem == 1000
+    assert engine.schedule(make_pod(gpu_container(mem=100)), ["test-node"]).node == "test-node"
+
+
+def test_an_empty_registration_with_a_stale_handshake_drops_the_devices(clock: Clock) -> None:
+    # CheckHealth decides first in HAMi: an unhealthy registration is cleaned up whatever GetNodeDevices said.
+    engine = make_engine(clock=clock)
+    engine.upsert_node(node(handshake=requesting(T0)))
+    status = engine.upsert_node(node(handshake=requesting(T0 - TWO_HOURS), register="[]"))
+    assert status.devices == {} and list(status.unhealthy) == ["NVIDIA"]
+    assert status.patch == {HANDSHAKE: None}
+
+
+def test_a_removed_registration_with_a_fresh_handshake_keeps_the_cached_devices_under_hamis_rule(
+        clock: Clock) -> None:
+    # HAMi: "annos not found" is a GetNodeDevices error too. The backend answers "no devices" for a node without
+    # the annotation (most nodes have no NVIDIA GPU: no error to report); `lostRegistration: keep` keeps them.
+    engine = make_engine(clock=clock, scheduler={"lostRegistration": "keep"})
+    engine.upsert_node(node(handshake=requesting(T0), allocatable=20))
+    status = engine.upsert_node(node(handshake=requesting(T0), allocatable=20, devices=None))
+    assert (status.devices, status.unhealthy) == ({"NVIDIA": 2}, {})
+    assert [d.id for d in engine.nodes["test-node"].devices["NVIDIA"]] == ["GPU-0", "GPU-1"]
+    # ... until the handshake goes stale
+    clock.now += TWO_HOURS
+    status = engine.upsert_node(node(handshake=requesting(T0), allocatable=0, devices=None))
+    assert status.devices == {} and list(status.unhealthy) == ["NVIDIA"]
+
+
+def test_a_removed_registration_drops_the_devices_by_default(clock: Clock) -> None:
+    # hami-py's default (docs/devices.md, "Lost registrations"): the node's own word that it has none wins.
+    engine = make_engine(clock=clock)
+    engine.upsert_node(node(handshake=requesting(T0), allocatable=20))
+    status = engine.upsert_node(node(handshake=requesting(T0), allocatable=20, devices=None))
+    assert status.devices == {} and "test-node" in engine.nodes
 
 
 def test_pair_scores_are_attached() -> None:

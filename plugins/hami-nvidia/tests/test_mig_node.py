@@ -434,8 +434,8 @@ def test_operating_mode_comes_from_this_nodes_entry(tmp_path: Path, text: str | 
 
 @pytest.mark.parametrize(("text", "words"), [
     ('{"nodeconfig":[{"name":"gpu-node","operatingmode":"MIG"}]}', ["nodeconfig[0].operatingmode", "'MIG'"]),
-    ('{"nodeconfig":{"name":"gpu-node"}}', ["nodeconfig must be a list"]),
-    ('{"nodeconfig":[7]}', ["nodeconfig[0] must be an object"]),
+    ('{"nodeconfig":{"name":"gpu-node"}}', ["nodeconfig: must be a list"]),
+    ('{"nodeconfig":[7]}', ["nodeconfig[0]: must be an object"]),
     ("{nope", ["not JSON"]),
 ])
 def test_a_bad_node_config_is_an_error_naming_the_file_and_field(tmp_path: Path, text: str,

@@ -164,6 +164,15 @@ def test_cores_over_100_are_kept_in_the_request() -> None:
     assert first(make_engine(), gpu_container(mem=1000, cores=120)) == req(1, 1000, 101, 120)
 
 
+@pytest.mark.parametrize("cores", ["-10", "-1"])
+def test_a_negative_core_quantity_books_no_cores(cores: str) -> None:
+    # Kept divergence (README, "HAMi device-plugin features not here"): HAMi keeps -10, which then books -10 on
+    # the GPU (un-booking others' cores) and passes a core-full GPU that a 0 request is refused. The API server
+    # rejects negative container quantities, so only a hand-made pod object gets here; hami-core's request and
+    # allocation codec admit no negative cores at all.
+    assert first(make_engine(), gpu_container(mem=1000, cores=cores)) == req(1, 1000, 101, 0)
+
+
 # ------------------------------------------------------------------------------------ limits / requests
 def test_requests_are_read_when_limits_lack_the_resource() -> None:
     engine = make_engine()
