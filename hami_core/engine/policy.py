@@ -55,7 +55,8 @@ def effective_policy(annotations: Mapping[str, str], *, node_default: str, gpu_d
     node = annotations.get(keys.NODE_SCHEDULER_POLICY) or node_default
     gpu = annotations.get(keys.GPU_SCHEDULER_POLICY) or gpu_default
     raw_weights = annotations.get(keys.DEVICE_SCORING_WEIGHTS)
-    weights = parse_scoring_weights(raw_weights) if raw_weights else DEFAULT_WEIGHTS
+    # present but empty is an error, as in HAMi (``GetDeviceScoringWeights`` parses whatever the key holds)
+    weights = parse_scoring_weights(raw_weights) if raw_weights is not None else DEFAULT_WEIGHTS
     return GpuPolicy(node=node, gpu=gpu, gpu_tokens=split_gpu_policy(gpu), weights=weights, numa_bind=numa_bind)
 
 

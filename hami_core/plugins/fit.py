@@ -48,7 +48,7 @@ def collapse(devices: PodDevices, init_count: int, *, app_only: bool = False) ->
             for d in ctr:
                 idx.setdefault(d.uuid, d.idx)
                 if is_init:
-                    peak = init.setdefault(d.uuid, [0, 0])
+                    peak = init.setdefault(d.uuid, [d.usedmem, d.usedcores])
                     peak[0] = max(peak[0], d.usedmem)
                     peak[1] = max(peak[1], d.usedcores)
                 else:
@@ -58,10 +58,16 @@ def collapse(devices: PodDevices, init_count: int, *, app_only: bool = False) ->
                     acc[2] += 1
         merged = []
         for uuid in sorted(set(init) | set(app)):
-            i_mem, i_cores = init.get(uuid, (0, 0))
-            a_mem, a_cores, a_slots = app.get(uuid, (0, 0, 0))
-            slots = max(1 if uuid in init else 0, a_slots, 1)
-            merged.append(ContainerDevice(uuid, backend, max(i_mem, a_mem), max(i_cores, a_cores), idx[uuid], slots))
+            # the larger of the init peak and the app sum, of those present (an app-only negative core booking,
+            # which HAMi keeps, stays negative rather than maxed against an absent init container's 0)
+            held = [tuple(init[uuid])] if uuid in init else []
+            a_slots = 0
+            if uuid in app:
+                a_mem, a_cores, a_slots = app[uuid]
+                held.append((a_mem, a_cores))
+            slots = max(a_slots, 1)
+            merged.append(ContainerDevice(uuid, backend, max(m for m, _ in held), max(c for _, c in held), idx[uuid],
+                                          slots))
         if merged:
             out[backend] = tuple(merged)
     return out

@@ -255,7 +255,8 @@ class Mutation:
 class DeviceRequest:
     """What one container asks of one backend (HAMi ``ContainerDeviceRequest``).
 
-    ``mem_percentage`` is 0..100, or :data:`MEM_PERCENTAGE_UNSET` (101) when not given.
+    ``mem_percentage`` is 0..100, or :data:`MEM_PERCENTAGE_UNSET` (101) when not given. ``coresreq`` is >= 0
+    unless a backend keeps HAMi's negative cores (NVIDIA ``negativeCores: keep``).
     """
 
     backend: str
@@ -268,7 +269,9 @@ class DeviceRequest:
         owner = f"DeviceRequest({self.backend!r})"
         _require(self.nums > 0, owner, f"nums must be > 0, got {self.nums}")
         _require(self.memreq >= 0, owner, f"memreq must be >= 0, got {self.memreq}")
-        _require(self.coresreq >= 0, owner, f"coresreq must be >= 0, got {self.coresreq}")
+        # A negative coresreq is HAMi's own behaviour, kept only by a backend told to (NVIDIA negativeCores: keep):
+        # it books as written, so the codec and the fits carry it; int32 is what the annotation holds.
+        _require(self.coresreq >= -(2**31), owner, f"coresreq must be an int32, got {self.coresreq}")
 
 
 @dataclass(frozen=True, slots=True)

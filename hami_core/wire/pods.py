@@ -23,16 +23,16 @@ _FORBIDDEN = (",", DEVICE_SEP, CONTAINER_SEP)
 
 
 def _text(value: str, what: str) -> str:
-    if not value:
-        raise WireFormatError(f"{what} must not be empty")
+    # Empty is encoded as HAMi does (it decodes back to empty); a separator would change what the string decodes
+    # to (another container's or device's booking), so it is refused where HAMi would write it.
     if any(c in value for c in _FORBIDDEN):
         raise WireFormatError(f"{what} {value!r} cannot be encoded (contains ',', ':' or ';')")
     return value
 
 
 def _int32(value: int, what: str) -> int:
-    if type(value) is not int or not 0 <= value <= INT32_MAX:
-        raise WireFormatError(f"{what} must be a non-negative int32, got {value!r}")
+    if type(value) is not int or not INT32_MIN <= value <= INT32_MAX:
+        raise WireFormatError(f"{what} must be an int32, got {value!r}")
     return value
 
 
@@ -41,7 +41,8 @@ def encode_container_devices(devs: Iterable[ContainerDevice]) -> str:
 
     Format: ``UUID,Type,Usedmem,Usedcores:`` per device, concatenated (``Idx``, ``slots`` and
     ``custom_info`` are not carried); no devices → ``""``. A UUID or type containing ``,`` ``:`` or ``;``
-    or a number outside int32 raises :class:`WireFormatError`.
+    or a number outside int32 raises :class:`WireFormatError`; empty strings and negative numbers are written as
+    HAMi writes them (``nvidia.com/gpucores: -1`` under ``negativeCores: keep``).
     """
     return "".join(
         f"{_text(d.uuid, 'device UUID')},{_text(d.type, 'device type')},"
@@ -51,12 +52,10 @@ def encode_container_devices(devs: Iterable[ContainerDevice]) -> str:
 
 
 def _field_int(text: str, field: str, key: str) -> int:
+    # Go's strconv.ParseInt(text, 10, 32): a negative is read as written (HAMi v2.10.0 books it so; hami-py's own
+    # requests never ask for one unless a vendor is told to keep it, e.g. NVIDIA's negativeCores: keep).
     try:
-        # Negative usage would un-book other pods' devices, so it is refused (newer HAMi refuses it too).
-        value = parse_go_int(text, INT32_MIN, INT32_MAX)
-        if value < 0:
-            raise WireFormatError(f"must not be negative: {value}")
-        return value
+        return parse_go_int(text, INT32_MIN, INT32_MAX)
     except WireFormatError as exc:
         raise wire_error(key, f"invalid {field} field: {exc}") from None
 
@@ -64,22 +63,19 @@ def _field_int(text: str, field: str, key: str) -> int:
 def decode_container_devices(value: str, *, key: str = "") -> tuple[ContainerDevice, ...]:
     """Decode one container's devices like HAMi ``DecodeContainerDevices`` (spec §3.4).
 
-    Format: pieces split on ``:``; empty pieces are skipped; a piece with fewer than 4 comma fields is an
-    error ("pod annotation format error ..."); fields past the 4th are ignored; mem and cores parse as
-    non-negative int32 and the UUID and type must not be empty. Stricter than HAMi, which also skips
-    non-empty pieces without a comma: an allocation that cannot be booked faithfully is an error (the
-    engine quarantines the node), never a silent under-booking. Decoded devices have ``idx=-1``.
+    Format: pieces split on ``:``; a piece without a comma is skipped (it names no device, so nothing it could
+    book is lost); one with fewer than 4 comma fields is an error ("pod annotation format error ..."); fields past
+    the 4th are ignored; mem and cores parse as int32, negatives included, and an empty UUID or type is kept, all
+    as HAMi v2.10.0 reads them (a booking on the empty UUID matches no device). Decoded devices have ``idx=-1``.
     """
     devices: list[ContainerDevice] = []
     for piece in value.split(DEVICE_SEP):
-        if not piece.strip():
+        if "," not in piece:
             continue
         fields = piece.split(",")
         if len(fields) < 4:
             raise wire_error(key, "pod annotation format error, missing fields, do not use nodeName in task "
                                   f"spec: {go_quote(piece)}")
-        if not fields[0] or not fields[1]:
-            raise wire_error(key, f"pod annotation format error, empty device id or type: {go_quote(piece)}")
         devices.append(ContainerDevice(uuid=fields[0], type=fields[1],
                                        usedmem=_field_int(fields[2], "memory", key),
                                        usedcores=_field_int(fields[3], "core", key)))

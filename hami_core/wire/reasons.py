@@ -13,7 +13,10 @@ NODE_UNREGISTERED = "node unregistered"
 #: ``FailedNodes`` text when a node's usage cannot be computed.
 NODE_USAGE_UNAVAILABLE = "node usage unavailable"
 
-_ITEM = re.compile(r"[+-]?[0-9]+/[+-]?[0-9]+\s+(\S+)")
+#: Go's ``fmt.Sscanf(item, "%d/%d %s", ...)``: each ``%d`` skips leading blanks and takes a sign, the format's
+#: space matches any run of blanks (none too), ``%s`` takes the next word; text after it is ignored.
+_ITEM = re.compile(r"[ \t]*([+-]?[0-9]+)/[ \t]*([+-]?[0-9]+)[ \t]*([^\s]+)")
+_GO_INT = range(-(2**63), 2**63)
 
 
 class Reason:
@@ -87,16 +90,17 @@ def gen_reason(counts: Mapping[str, int], total: int) -> str:
     return ", ".join(gen_reason_items(counts, total))
 
 
-def parse_reasons(text: str) -> list[str]:
-    """Reason names of a reason text, as HAMi's event code reads it (``"%d/%d %s"`` per item).
+def parse_reasons(text: str) -> dict[str, int]:
+    """The counts of a reason text by reason name, as HAMi's ``ParseReason`` reads it (its event code, the MIG
+    tests): items split on ``", "``, each read as ``"%d/%d %s"``; an item that does not read so is skipped, and a
+    name given twice keeps its last count.
 
-    Format: comma-separated items such as ``"1/2 CardInsufficientMemory, 1/2 CardUuidMismatch"`` →
-    ``["CardInsufficientMemory", "CardUuidMismatch"]``; items that do not match (``NodeInsufficientDevice``,
-    ``node unregistered``) are skipped.
+    ``"1/2 CardInsufficientMemory, 1/2 CardUuidMismatch"`` → ``{"CardInsufficientMemory": 1,
+    "CardUuidMismatch": 1}``; ``NodeInsufficientDevice`` and ``node unregistered`` give ``{}``.
     """
-    names = []
-    for item in text.split(","):
-        match = _ITEM.match(item.strip())
-        if match:
-            names.append(match[1])
-    return names
+    counts: dict[str, int] = {}
+    for item in text.split(", "):
+        match = _ITEM.match(item)
+        if match and int(match[1]) in _GO_INT and int(match[2]) in _GO_INT:  # Go's int: an overflow fails
+            counts[match[3]] = int(match[1])
+    return counts

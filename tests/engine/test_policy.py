@@ -58,6 +58,10 @@ def test_effective_policy_reads_annotations() -> None:
     with pytest.raises(WireFormatError):
         effective_policy({"hami.io/device-scoring-weights": "slot=0,core=0,memory=0"}, node_default="binpack",
                          gpu_default="spread")
+    # present but empty is an error too, as in HAMi; only an absent key means the default weights
+    with pytest.raises(WireFormatError, match='annotation "": expected slot, core, and memory weights'):
+        effective_policy({"hami.io/device-scoring-weights": ""}, node_default="binpack", gpu_default="spread")
+    assert effective_policy({}, node_default="binpack", gpu_default="spread").weights == (1, 1, 1)
 
 
 def test_standard_fit_reasons_are_counted_per_device() -> None:

@@ -40,8 +40,8 @@ def test_appendix_c_reason_vector() -> None:
     counts = {Reason.CardUuidMismatch: 1, Reason.CardInsufficientMemory: 1}
     text = gen_reason(counts, 2)
     assert text == "1/2 CardInsufficientMemory, 1/2 CardUuidMismatch"
-    assert parse_reasons(text) == ["CardInsufficientMemory", "CardUuidMismatch"]
-    assert parse_reasons("NodeInsufficientDevice") == []
+    assert parse_reasons(text) == {"CardInsufficientMemory": 1, "CardUuidMismatch": 1}
+    assert parse_reasons("NodeInsufficientDevice") == {}
 
 
 def test_reason_items_sorted_zero_omitted() -> None:
@@ -51,14 +51,24 @@ def test_reason_items_sorted_zero_omitted() -> None:
 
 
 def test_parse_reasons_skips_unparsable() -> None:
-    assert parse_reasons("") == []
-    assert parse_reasons(NODE_UNREGISTERED) == []
-    assert parse_reasons("x/2 Foo, 2/3 Bar,3/3  Baz extra, 1/2") == ["Bar", "Baz"]
+    assert parse_reasons("") == {}
+    assert parse_reasons(NODE_UNREGISTERED) == {}
+    # as Go's Sscanf: split on ", " only, so "Bar,3/3" is one word; blanks are optional; the last count wins
+    assert parse_reasons("x/2 Foo, 2/3 Bar,3/3  Baz extra, 1/2, 3/4Qux,  5/ 6   Baz x") == {
+        "Bar,3/3": 2, "Qux": 3, "Baz": 5}
+    assert parse_reasons(f"{2**63}/9 Huge, 1/{2**63} Huge2, -1/2 Neg") == {"Neg": -1}
+
+
+def test_hami_parse_reason_vectors() -> None:
+    """HAMi v2.10.0 pkg/device/common/common_test.go ``TestParseReason``, and the count its MIG test reads."""
+    assert parse_reasons("3/8 CardInsufficientMemory, 2/8 CardInsufficientCore, 3/8 CardNotHealth") == {
+        "CardInsufficientMemory": 3, "CardInsufficientCore": 2, "CardNotHealth": 3}
+    assert parse_reasons("1/1 CardMigTopologyInfeasible")["CardMigTopologyInfeasible"] == 1
 
 
 @given(st.dictionaries(st.sampled_from(Reason.ALL), st.integers(0, 64)), st.integers(1, 64))
 def test_reason_round_trip(counts: dict[str, int], total: int) -> None:
-    assert sorted(parse_reasons(gen_reason(counts, total))) == sorted(r for r, c in counts.items() if c)
+    assert parse_reasons(gen_reason(counts, total)) == {r: c for r, c in counts.items() if c}
 
 
 # -- weights -------------------------------------------------------------------------------------------

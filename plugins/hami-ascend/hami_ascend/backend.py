@@ -202,12 +202,17 @@ class NpuBackend(StandardBackend):
 
     # ------------------------------------------------------------------------------------ requests (C.6)
     def request_memory(self, container: Mapping[str, Any]) -> int | None:
-        """MiB (x ``memoryFactor``): a quantity that is not a whole number is ignored (0: the whole chip); otherwise
-        the base rule: a whole number outside 0..MaxInt32, or one that overflows int32 once multiplied, drops the
-        request (one beyond int64 too)."""
+        """MiB (x ``memoryFactor``): a negative quantity drops the request, a whole number or not (``-1m``: HAMi
+        #2601 checks the sign before ``AsInt64``, which refuses ``-1m``); any other quantity that is not a whole
+        number is ignored (0: the whole chip); otherwise the base rule: a whole number above MaxInt32, or one that
+        overflows int32 once multiplied, drops the request (one beyond int64 too)."""
         raw = resource(container, self.resource_names.memory)
         if raw is not None and as_whole(raw) is None:
-            return 0
+            try:
+                negative = parse_quantity(raw) < 0
+            except WireFormatError:
+                negative = False
+            return None if negative else 0
         return StandardBackend.request_memory(self, container)
 
     def request_cores(self, container: Mapping[str, Any]) -> int | None:

@@ -51,9 +51,11 @@ def test_unusable_counts_drop_the_request(count: str) -> None:
     assert requests_of(npu_container(A, count, 8738)) == [{}]
 
 
-@pytest.mark.parametrize("mem", ["-1", "2147483648", "3Gi"])
+@pytest.mark.parametrize("mem", ["-1", "-1m", "-0.5", "2147483648", "3Gi"])
 def test_out_of_range_memory_drops_the_request(mem: str) -> None:
-    # "3Gi" is an integer of bytes beyond MaxInt32: the wrong unit, so the request is dropped.
+    # "3Gi" is an integer of bytes beyond MaxInt32: the wrong unit, so the request is dropped. A negative that is
+    # not a whole number ("-1m") is dropped too, not taken as the whole chip (HAMi #2601, "negative fractional
+    # memory request" in HAMi's device_test.go).
     assert requests_of(npu_container(A, 1, mem)) == [{}]
 
 

@@ -233,7 +233,9 @@ def test_running_pod_books_its_share(clock: Clock) -> None:
     assert engine.schedule(engine.admit(make_pod(sgpu_container(mem=2, cores=10)))).node == "s1"
 
 
-@pytest.mark.parametrize("value", ["GPU-1,Metax-SGPU,1024:;", "GPU-1,Metax-SGPU,-5,10:;"])
+# HAMi's decoder reads a negative (in int32) as written; a non-number or an out-of-range one is undecodable.
+@pytest.mark.parametrize("value", ["GPU-1,Metax-SGPU,1024:;", "GPU-1,Metax-SGPU,x5,10:;",
+                                   "GPU-1,Metax-SGPU,4294967296,10:;"])
 def test_undecodable_allocation_quarantines_the_node(clock: Clock, value: str) -> None:
     engine = one_card(clock)
     engine.upsert_pod(running_pod("broken", "s1", value))

@@ -247,9 +247,14 @@ class NvidiaBackend(StandardBackend):
         return 100 if memreq == 0 else MEM_PERCENTAGE_UNSET
 
     def request_cores(self, container: Mapping[str, Any]) -> int:
-        """``defaultCores`` when absent or not an integer; a negative quantity books 0 (never drops the request)."""
+        """``defaultCores`` when absent or not an integer; a negative quantity books 0 (never drops the request), or
+        itself under ``negativeCores: keep`` (HAMi's behaviour)."""
         cores = as_whole(resource(container, self.resource_names.cores))
-        return self.settings.default_cores if cores is None else max(cores, 0)
+        if cores is None:
+            return self.settings.default_cores
+        if self.settings.negative_cores == "keep":
+            return (cores + 2**31) % 2**32 - 2**31  # HAMi's int32(corenums): a value beyond int32 wraps as in Go
+        return max(cores, 0)
 
     def _percentage(self, container: Mapping[str, Any]) -> int | None:
         """The memory percentage the container gives, clamped to 100; ``None`` when absent or not positive."""

@@ -62,6 +62,10 @@ class NvidiaConfig(BaseModel):
     disable_core_limit: bool = Field(False, alias="disableCoreLimit")
     gpu_core_policy: Literal["default", "force", "disable", ""] = Field("default", alias="gpuCorePolicy")
     runtime_class_name: str = Field("", alias="runtimeClassName")
+    #: hami-py's key: what a negative ``nvidia.com/gpucores`` books. ``clamp`` (the default) books 0; ``keep`` books
+    #: it as written, as HAMi v2.10.0 does, which lowers the card's used cores below what its pods hold (others then
+    #: overcommit the SMs) and hands the pod a negative ``CUDA_DEVICE_SM_LIMIT`` (HAMi-core: no limit).
+    negative_cores: Literal["clamp", "keep"] = Field("clamp", alias="negativeCores")
     mig_profile_allowlist: list[MigAllowlistEntry] = Field(default_factory=list, alias="migProfileAllowlist")
     # Device-plugin-side node defaults: they reach the scheduler only through the registration.
     device_split_count: int = Field(10, alias="deviceSplitCount", ge=1, le=MAX_DEVICE_SPLIT_COUNT)

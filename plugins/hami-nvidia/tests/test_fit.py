@@ -436,3 +436,31 @@ def test_engine_topology_uses_the_score_annotation() -> None:
     assert one.annotations["hami.io/vgpu-devices-allocated"] == "GPU-1,NVIDIA,100,0:;"
     two = engine.schedule(make_pod(gpu_container(gpus=2, mem=100), annotations={GPU_POLICY: "topology-aware"}))
     assert sorted(d.uuid for d in two.devices["NVIDIA"][0]) == ["GPU-0", "GPU-2"]
+
+
+def test_engine_negative_cores_clamp_and_keep() -> None:
+    """``negativeCores``: ``clamp`` (default) books 0 cores for ``gpucores: -10``; ``keep`` books -10 as HAMi
+    v2.10.0 does, so a compute-full card then takes a pod a 0-core request is refused (HAMi's behaviour, which is
+    why clamp is the default)."""
+    full = running_pod("full", "n1", "GPU-a,NVIDIA,1000,100:;")
+    for mode, cores, node in (("clamp", 0, None), ("keep", -10, "n1")):
+        engine = make_engine({"negativeCores": mode})
+        engine.upsert_node(make_node("n1", [reg("GPU-a", devmem=8000, type="NVIDIA A10")], allocatable=10))
+        engine.upsert_pod(full)
+        decision = engine.schedule(make_pod(gpu_container(mem=10, cores=-10)))
+        assert decision.node == node, (mode, decision.failed)
+        if node is None:
+            assert decision.failed == {"n1": "1/1 CardComputeUnitsExhausted"}
+        else:
+            assert decision.annotations["hami.io/vgpu-devices-allocated"] == f"GPU-a,NVIDIA,10,{cores}:;"
+
+
+def test_engine_books_a_hami_written_negative_core_usage_as_hami_does() -> None:
+    """A pod HAMi's scheduler placed with ``gpucores: -10`` carries ``...,-10:``: it is read and booked as HAMi
+    books it (the node is not quarantined for one tenant's pod), whatever this scheduler's own negativeCores."""
+    engine = make_engine()
+    engine.upsert_node(make_node("n1", [reg("GPU-a", devmem=8000, type="NVIDIA A10")], allocatable=10))
+    engine.upsert_pod(running_pod("full", "n1", "GPU-a,NVIDIA,1000,100:;"))
+    engine.upsert_pod(running_pod("hami", "n1", "GPU-a,NVIDIA,1000,-10:;"))
+    assert engine.schedule(make_pod(gpu_container(mem=10, cores=10))).node == "n1"
+    assert engine.schedule(make_pod(gpu_container(mem=10, cores=11))).failed == {"n1": "1/1 CardInsufficientCore"}

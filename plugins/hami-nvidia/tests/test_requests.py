@@ -166,11 +166,17 @@ def test_cores_over_100_are_kept_in_the_request() -> None:
 
 @pytest.mark.parametrize("cores", ["-10", "-1"])
 def test_a_negative_core_quantity_books_no_cores(cores: str) -> None:
-    # Kept divergence (README, "HAMi device-plugin features not here"): HAMi keeps -10, which then books -10 on
-    # the GPU (un-booking others' cores) and passes a core-full GPU that a 0 request is refused. The API server
-    # rejects negative container quantities, so only a hand-made pod object gets here; hami-core's request and
-    # allocation codec admit no negative cores at all.
+    # negativeCores: clamp (the default, docs/devices.md): HAMi keeps -10, which then books -10 on the GPU
+    # (un-booking others' cores) and passes a core-full GPU that a 0 request is refused. The API server rejects
+    # negative container quantities, so only a hand-made pod object or a raw extender call gets here.
     assert first(make_engine(), gpu_container(mem=1000, cores=cores)) == req(1, 1000, 101, 0)
+
+
+@pytest.mark.parametrize(("cores", "want"), [("-10", -10), ("-1", -1), (str(2**32 + 5), 5), ("30", 30)])
+def test_negative_cores_keep_is_hamis_behaviour(cores: str, want: int) -> None:
+    """``negativeCores: keep``: the number as HAMi's ``int32(corenums)`` makes it, booked and written as is."""
+    engine = make_engine({"negativeCores": "keep"})
+    assert first(engine, gpu_container(mem=1000, cores=cores)) == req(1, 1000, 101, want)
 
 
 # ------------------------------------------------------------------------------------ limits / requests
