@@ -6,7 +6,7 @@ import json
 import re
 from pathlib import Path
 
-DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "dashboards" / "hami-monitor.json"
+DASHBOARD = Path(__file__).resolve().parents[2] / "charts" / "hami-py" / "dashboards" / "hami-monitor.json"
 DOC = Path(__file__).resolve().parents[2] / "docs" / "monitor.md"
 SCHEDULER = {"hami_gpu_memory_allocated_bytes", "hami_gpu_memory_limit_bytes"}
 
