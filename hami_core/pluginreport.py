@@ -19,7 +19,8 @@ from hami_core.plugins.manager import HamiPluginManager, get_plugin_manager
 
 __all__ = ["add_arguments", "run"]
 
-_STATUS_STYLE = {"loaded": "green", "builtin": "cyan", "failed": "red", "blocked": "yellow"}
+_STATUS_STYLE = {"loaded": "green", "builtin": "cyan", "failed": "red", "blocked": "yellow", "conflict": "red",
+                 "broken": "red"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,8 +29,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "List built-in and installed plugins, why any was skipped, and the device backends each registers with the "
         "device configuration (default: every vendor section at HAMi's chart defaults).")
     parser.add_argument("action", nargs="?", choices=("list", "check"), default="list",
-                        help="list (default) the plugins; check: load every plugin, register its backends and "
-                             "exit 1 on any contract problem or failed import")
+                        help="list (default) the plugins; check: load every installed plugin, register its backends "
+                             "(with --config's sections over every vendor's defaults, so a plugin --config does not "
+                             "name is checked too) and exit 1 on any contract problem, failed import, name conflict "
+                             "or registration hook that raises")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--config", metavar="PATH", help="device-config.yaml to compute backends with")
 
@@ -38,15 +41,8 @@ def run(args: argparse.Namespace) -> int:
     """``list`` (a table, or ``--json``) or ``check``."""
     if getattr(args, "action", "list") == "check":
         return _check(args)
-    pm = get_plugin_manager()
-    import yaml
-
-    from hami_core.engine.config import load_config
-    from hami_core.sim.loader import bundled
-
-    path = getattr(args, "config", None)
-    # Without a config, show what each plugin registers with every vendor section at HAMi's chart defaults.
-    config = load_config(path) if path else load_config(yaml.safe_load(bundled("device-config.yaml")))
+    config = _config(getattr(args, "config", None), merge_defaults=False)
+    pm = get_plugin_manager(blocked=config.blocked_plugins)
     rows, backends_error = _plugin_rows(pm, config.devices)
     if args.json:
         json.dump({"plugins": rows, "backends_error": backends_error}, sys.stdout, indent=2)
@@ -72,44 +68,71 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _config(path: str | None, *, merge_defaults: bool) -> Any:
+    """``--config``, or every vendor section at HAMi's chart defaults; ``merge_defaults`` lays ``--config``'s
+    sections over those defaults, so that every installed vendor's registration hook runs (``check``)."""
+    import yaml
+
+    from hami_core.engine.config import EngineConfig, load_config
+    from hami_core.sim.loader import bundled
+
+    defaults = load_config(yaml.safe_load(bundled("device-config.yaml")))
+    if not path:
+        return defaults
+    config = load_config(path)
+    if not merge_defaults:
+        return config
+    return EngineConfig(devices={**defaults.devices, **config.devices}, scheduler=config.scheduler,
+                        source=config.source, blocked_plugins=config.blocked_plugins)
+
+
 def _plugin_rows(pm: HamiPluginManager, devices: Mapping[str, Any]) -> tuple[list[dict[str, Any]], str | None]:
-    """One JSON-ready row per plugin report, plus why backends could not be computed (if so)."""
-    by_plugin: dict[str, list[str]] | None = {}
+    """One JSON-ready row per plugin report, plus why the backends together could not be computed (if so).
+
+    Each plugin's registration hook is called on its own: one that raises is shown as ``broken`` with the cause,
+    and the others still show their backends.
+    """
     backends_error = None
     try:
-        for backend in pm.backends(devices):
-            by_plugin.setdefault(backend.plugin, []).append(backend.name)
-    except HamiError as exc:
-        by_plugin, backends_error = None, one_line(exc)
+        pm.backends(devices)
+    except HamiError as exc:  # a name conflict, two plugins registering one backend, a broken hook
+        backends_error = one_line(exc)
+    by_plugin = pm.backends_by_plugin(devices)
 
     rows = []
     for report in pm.reports:
-        active = report.status in ("loaded", "builtin")
-        backends = (by_plugin.get(report.name, []) if by_plugin is not None else None) if active else []
+        status, reason, backends = report.status, report.reason, []
+        if status in ("loaded", "builtin"):
+            registered = by_plugin.get(report.name, [])
+            if isinstance(registered, Exception):
+                status, reason, backends = "broken", one_line(registered), None
+            else:
+                backends = registered
         rows.append({"name": report.name, "distribution": report.distribution, "version": report.version,
-                     "status": report.status, "reason": report.reason, "backends": backends})
+                     "status": status, "reason": reason, "backends": backends})
     return rows, backends_error
 
 
 def _check(args: argparse.Namespace) -> int:
     """Load every plugin and register its backends; report each problem on one line; exit 1 if any."""
-    import yaml
-
-    from hami_core.engine.config import load_config
     from hami_core.engine.facade import Engine
-    from hami_core.sim.loader import bundled
 
     problems: list[str] = []
+    config = _config(getattr(args, "config", None), merge_defaults=True)
     try:
-        pm = get_plugin_manager()
+        pm = get_plugin_manager(blocked=config.blocked_plugins)
     except HamiError as exc:  # a contract error (bad signature, unknown hook, duplicate name) names the plugin
         problems.append(one_line(exc))
         pm = None
     if pm is not None:
         problems += [f"plugin {r.name} ({r.distribution or '?'} {r.version or ''}): failed to load: {r.reason}"
                      for r in pm.reports if r.status == "failed"]
-        path = getattr(args, "config", None)
-        config = load_config(path) if path else load_config(yaml.safe_load(bundled("device-config.yaml")))
+        problems += [pm.conflicts[name] for name in sorted(pm.conflicts)]
+        problems += [one_line(result) for result in pm.backends_by_plugin(config.devices).values()
+                     if isinstance(result, Exception)]
+        if problems:  # the engine would only repeat the first of them
+            pm = None
+    if pm is not None:
         try:
             engine = Engine(config, plugins=pm)
             engine.policies()

@@ -72,7 +72,7 @@ def test_plugins_table(fake_dists, capsys, monkeypatch) -> None:
     assert "failed" in importerror_line and "ImportError" in importerror_line
 
 
-def test_plugins_still_lists_plugins_when_backends_cannot_be_computed(monkeypatch, capsys) -> None:
+def test_a_plugin_whose_registration_hook_raises_is_broken_and_the_others_still_list(monkeypatch, capsys) -> None:
     class NeedsConfig:
         __name__ = "needs-config"
 
@@ -81,13 +81,82 @@ def test_plugins_still_lists_plugins_when_backends_cannot_be_computed(monkeypatc
             raise ConfigError("acme: section is required")
 
     monkeypatch.setattr(pluginreport, "get_plugin_manager",
-                        lambda: get_plugin_manager(load_entrypoints=False, plugins=[NeedsConfig()]))
+                        lambda blocked=(): get_plugin_manager(load_entrypoints=False, plugins=[NeedsConfig()]))
 
     assert cli.main(["plugins", "--json"]) == 0
 
     document = json.loads(capsys.readouterr().out)
     assert document["backends_error"] == "acme: section is required"
-    assert {row["name"]: row["backends"] for row in document["plugins"]}["needs-config"] is None
+    rows = {row["name"]: row for row in document["plugins"]}
+    assert (rows["needs-config"]["status"], rows["needs-config"]["reason"]) == ("broken", "acme: section is required")
+    assert rows["needs-config"]["backends"] is None
+    assert rows["hami.default.policies"]["status"] == "builtin"
+
+    assert cli.main(["plugins", "check"]) == 1
+    assert "problem: acme: section is required" in capsys.readouterr().out
+
+
+def _installed() -> tuple[str, ...]:
+    return tuple(ep.name for ep in importlib_metadata.entry_points(group=ENTRY_POINT_GROUP))
+
+
+def test_two_distributions_with_one_entry_point_name_are_listed_not_fatal(monkeypatch, capsys) -> None:
+    installed = _installed()
+    monkeypatch.syspath_prepend(str(DATA / "good"))
+    monkeypatch.syspath_prepend(str(DATA / "duplicate"))
+    monkeypatch.setattr(pluginreport, "get_plugin_manager",
+                        lambda blocked=(): get_plugin_manager(blocked=(*installed, "crash", *blocked)))
+
+    assert cli.main(["plugins", "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    conflicts = sorted(r["distribution"] for r in document["plugins"] if r["status"] == "conflict")
+    assert conflicts == ["hami-test-duplicate", "hami-test-plugins"]
+    assert "hami-test-duplicate 1.0" in document["backends_error"]
+    assert "hami-test-plugins 1.0" in document["backends_error"]
+
+    assert cli.main(["plugins", "check"]) == 1
+    out = capsys.readouterr().out
+    assert "problem: two installed distributions declare the hami.devices entry point 'success'" in out
+    assert cli.main(["version"]) == 0
+
+
+def test_config_blocks_a_plugin_by_distribution_name(monkeypatch, capsys, tmp_path) -> None:
+    installed = _installed()
+    monkeypatch.syspath_prepend(str(DATA / "good"))
+    monkeypatch.syspath_prepend(str(DATA / "duplicate"))
+    monkeypatch.setattr(pluginreport, "get_plugin_manager",
+                        lambda blocked=(): get_plugin_manager(blocked=(*installed, "crash", *blocked)))
+    config = tmp_path / "device-config.yaml"
+    config.write_text("nvidia: {}\nplugins:\n  blocked: [hami-test-duplicate]\n")
+
+    assert cli.main(["plugins", "--json", "--config", str(config)]) == 0
+    rows = [(r["name"], r["distribution"], r["status"]) for r in json.loads(capsys.readouterr().out)["plugins"]
+            if r["name"] == "success"]
+    assert sorted(rows) == [("success", "hami-test-duplicate", "blocked"), ("success", "hami-test-plugins", "loaded")]
+
+
+def test_check_runs_the_registration_hook_of_a_vendor_the_config_does_not_name(monkeypatch, capsys, tmp_path) -> None:
+    # --config names only nvidia; the broken hook belongs to a vendor whose section is in the defaults (ascend).
+    class BrokenAscend:
+        __name__ = "broken-ascend"
+
+        @hookimpl
+        def hami_device_backends(self, config):
+            if "vnpus" in config:  # Ascend's section, as HAMi names it
+                raise RuntimeError("ascend section unreadable")
+            return []
+
+    monkeypatch.setattr(pluginreport, "get_plugin_manager",
+                        lambda blocked=(): get_plugin_manager(load_entrypoints=False, plugins=[BrokenAscend()]))
+    config = tmp_path / "device-config.yaml"
+    config.write_text("nvidia: {}\n")
+
+    assert cli.main(["plugins", "check", "--config", str(config)]) == 1
+    assert "ascend section unreadable" in capsys.readouterr().out
+    # The listing shows what --config alone registers: the plugin is not broken under it.
+    assert cli.main(["plugins", "--json", "--config", str(config)]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)["plugins"]}
+    assert rows["broken-ascend"]["status"] == "loaded"
 
 
 def test_plugin_error_is_one_clean_line(monkeypatch, capsys) -> None:

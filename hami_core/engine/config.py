@@ -113,6 +113,9 @@ class EngineConfig:
     devices: Mapping[str, Any] = field(default_factory=lambda: dict(DEFAULT_DEVICE_CONFIG))
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     source: str = "<default>"
+    #: entry-point or distribution names not to load (the ``plugins.blocked`` list; see
+    #: :func:`hami_core.plugins.manager.get_plugin_manager`, which adds ``HAMI_BLOCK_PLUGINS``)
+    blocked_plugins: tuple[str, ...] = ()
 
 
 def load_config(config: Mapping[str, Any] | str | Path | EngineConfig | None) -> EngineConfig:
@@ -140,9 +143,38 @@ def load_config(config: Mapping[str, Any] | str | Path | EngineConfig | None) ->
         scheduler = SchedulerConfig.model_validate(dict(sched_raw))
     except ValidationError as exc:
         raise pydantic_error("scheduler", exc) from None
+    blocked = _blocked_plugins(source, raw.pop("plugins", None))
     for key in raw:
         if not isinstance(key, str):
             raise ConfigError(f"{source}: section names must be strings, got {key!r}")
     # A section present with an empty body (`nvidia:`) means "enabled with defaults".
     devices = {k: (v if v is not None else {}) for k, v in raw.items()} or dict(DEFAULT_DEVICE_CONFIG)
-    return EngineConfig(devices=devices, scheduler=scheduler, source=source)
+    return EngineConfig(devices=devices, scheduler=scheduler, source=source, blocked_plugins=blocked)
+
+
+#: Bounds on the ``plugins:`` section (a config file is operator input like any other).
+_MAX_BLOCKED = 64
+_MAX_NAME = 128
+
+
+def _blocked_plugins(source: str, section: Any) -> tuple[str, ...]:
+    """The ``plugins: {blocked: [name, ...]}`` section: entry-point or distribution names not to load.
+
+    hami-py's own key (HAMi's config has no ``plugins:``), popped so that it is never taken for a vendor section.
+    """
+    if section is None:
+        return ()
+    if not isinstance(section, Mapping):
+        raise ConfigError(f"{source}: plugins: must be a mapping (plugins: {{blocked: [name]}}), "
+                          f"got {type(section).__name__}")
+    unknown = sorted(str(k) for k in section if k != "blocked")
+    if unknown:
+        raise ConfigError(f"{source}: plugins.{unknown[0]}: unknown field (the plugins section has only 'blocked')")
+    names = section.get("blocked") or []
+    if not isinstance(names, list) or len(names) > _MAX_BLOCKED:
+        raise ConfigError(f"{source}: plugins.blocked: must be a list of at most {_MAX_BLOCKED} names")
+    for i, name in enumerate(names):
+        if not isinstance(name, str) or not name.strip() or len(name) > _MAX_NAME:
+            raise ConfigError(f"{source}: plugins.blocked[{i}]: must be a plugin or distribution name "
+                              f"(a non-empty string of at most {_MAX_NAME} characters), got {name!r}")
+    return tuple(name.strip() for name in names)

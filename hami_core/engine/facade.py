@@ -55,12 +55,13 @@ class Engine:
 
     def __init__(self, config: Mapping[str, Any] | str | Path | EngineConfig | None = None, plugins: Any = None,
                  *, clock: Callable[[], float] = time.time) -> None:
+        config = load_config(config)
         if plugins is None:
             from hami_core.plugins.manager import get_plugin_manager
 
-            plugins = get_plugin_manager()
+            plugins = get_plugin_manager(blocked=config.blocked_plugins)
         #: nodes, the ledger, bookings, quarantine, quotas and pod versions
-        self.state = ClusterState(load_config(config), plugins, clock)
+        self.state = ClusterState(config, plugins, clock)
         self.plugins = plugins
         self.clock = clock
         self.backends = self.state.backends

@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     except ImportError as exc:
         raise unavailable("device-plugin", "node", exc) from None
     config = load_config(args.device_config)
-    pm = get_plugin_manager()
+    pm = get_plugin_manager(blocked=config.blocked_plugins)
     backends = [b for b in pm.backends(config.devices) if b.vendor == args.vendor]
     if not backends:
         raise HamiError(f"no device backend for vendor {args.vendor!r} (is the {args.vendor} plugin installed "

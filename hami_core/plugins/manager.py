@@ -7,6 +7,12 @@ Loading follows one rule: an *environment* problem (a vendor SDK that is not ins
 fails to import) skips that plugin and is recorded in :attr:`HamiPluginManager.reports`; a *contract*
 problem (bad hook signature, unknown hook, duplicate name) raises :class:`PluginError` naming the
 entry point and its distribution.
+
+Two installed distributions declaring the same entry-point name are an *installation* problem, not a plugin
+author's: neither is loaded, both are reported as ``conflict`` naming the other, and :meth:`backends` (what every
+component needs) refuses with one message that names both and the fix, so that ``hami plugins``, ``hami plugins
+check`` and ``hami version`` still work. Operators block a plugin by entry-point or distribution name with
+``HAMI_BLOCK_PLUGINS`` (comma-separated) or the device config's ``plugins: {blocked: [...]}``.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from hami_core.plugins.relay import warn_legacy
 from hami_core.plugins.types import DeviceBackend
 
 __all__ = [
+    "BLOCK_ENV_VAR",
     "ENTRY_POINT_GROUP",
     "TRACE_ENV_VAR",
     "HamiPluginManager",
@@ -42,6 +49,8 @@ __all__ = [
 ENTRY_POINT_GROUP = "hami.devices"
 #: Set to ``1`` to log every hook call to the ``hami.plugins`` logger at DEBUG.
 TRACE_ENV_VAR = "HAMI_TRACE_PLUGINS"
+#: Comma-separated entry-point or distribution names not to load (added to the config's ``plugins.blocked``).
+BLOCK_ENV_VAR = "HAMI_BLOCK_PLUGINS"
 #: Prefix of the names built-in plugins are registered under.
 BUILTIN_PREFIX = "hami.default."
 
@@ -49,7 +58,7 @@ _REPORT_TO_AUTHOR = "report this to the plugin author"
 
 logger = logging.getLogger("hami.plugins")
 
-PluginStatus = Literal["loaded", "failed", "blocked", "builtin"]
+PluginStatus = Literal["loaded", "failed", "blocked", "builtin", "conflict"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +87,8 @@ class HamiPluginManager(pluggy.PluginManager):
         #: One report per plugin considered, in registration order.
         self.reports: list[PluginReport] = []
         self._origins: dict[str, tuple[str | None, str | None]] = {}
+        #: entry-point names declared by more than one installed distribution -> the operator-facing message
+        self.conflicts: dict[str, str] = {}
 
     def parse_hookimpl_opts(self, plugin: object, name: str) -> pluggy.HookimplOpts | None:
         opts = super().parse_hookimpl_opts(plugin, name)
@@ -104,34 +115,53 @@ class HamiPluginManager(pluggy.PluginManager):
         configuration is wrong) propagates unchanged; any other exception, a result that is not a
         :class:`DeviceBackend`, or two backends with the same ``name`` raise :class:`PluginError`.
         """
-        available = {"config": config}
+        if self.conflicts:
+            raise PluginError("; ".join(self.conflicts[name] for name in sorted(self.conflicts)))
         by_name: dict[str, DeviceBackend] = {}
         for impl in self.hook.hami_device_backends.get_hookimpls():
             who = self.describe(impl.plugin_name)
-            if impl.wrapper or impl.hookwrapper:
-                raise PluginError(f"plugin {who}: hami_device_backends cannot be a wrapper; "
-                                  f"{_REPORT_TO_AUTHOR}")
-            try:
-                result = impl.function(**{arg: available[arg] for arg in impl.argnames})
-                items = [] if result is None else list(result)
-            except ConfigError:
-                raise
-            except Exception as exc:
-                raise PluginError(f"plugin {who}: hami_device_backends failed: {type(exc).__name__}: {exc}; "
-                                  f"{_REPORT_TO_AUTHOR}") from exc
-            for item in items:
-                if not isinstance(item, DeviceBackend):
-                    raise PluginError(f"plugin {who}: hami_device_backends returned {type(item).__name__} "
-                                      f"{item!r}, expected DeviceBackend; {_REPORT_TO_AUTHOR}")
+            for item in self._backends_of(impl, config):
                 previous = by_name.get(item.name)
                 if previous is not None:
                     first = self.describe(previous.plugin)
                     raise PluginError(f"backend {item.name!r} is registered twice: by plugin {first} "
                                       f"and by plugin {who}; {_REPORT_TO_AUTHOR}")
                 by_name[item.name] = dataclasses.replace(item, plugin=impl.plugin_name)
-            logger.debug("plugin %s registers backends %s", who, [item.name for item in items])
-            warn_legacy(impl.plugin_name, who, self, items)
+            logger.debug("plugin %s registers backends %s", who, [item.name for item in by_name.values()
+                                                                 if item.plugin == impl.plugin_name])
         return [by_name[name] for name in sorted(by_name)]
+
+    def backends_by_plugin(self, config: Mapping[str, Any]) -> dict[str, list[str] | PluginError | ConfigError]:
+        """Each plugin's backend names under ``config``, or the error its hook raised: one broken plugin does
+        not hide what the others register (``hami plugins`` shows it as broken, with the cause)."""
+        result: dict[str, list[str] | PluginError | ConfigError] = {}
+        for impl in self.hook.hami_device_backends.get_hookimpls():
+            try:
+                result[impl.plugin_name] = sorted(item.name for item in self._backends_of(impl, config))
+            except (PluginError, ConfigError) as exc:
+                result[impl.plugin_name] = exc
+        return result
+
+    def _backends_of(self, impl: Any, config: Mapping[str, Any]) -> list[DeviceBackend]:
+        """Call one plugin's ``hami_device_backends``; anything but a list of backends is a :class:`PluginError`."""
+        who = self.describe(impl.plugin_name)
+        if impl.wrapper or impl.hookwrapper:
+            raise PluginError(f"plugin {who}: hami_device_backends cannot be a wrapper; {_REPORT_TO_AUTHOR}")
+        available = {"config": config}
+        try:
+            result = impl.function(**{arg: available[arg] for arg in impl.argnames})
+            items = [] if result is None else list(result)
+        except ConfigError:
+            raise
+        except Exception as exc:
+            raise PluginError(f"plugin {who}: hami_device_backends failed: {type(exc).__name__}: {exc}; "
+                              f"{_REPORT_TO_AUTHOR}") from exc
+        for item in items:
+            if not isinstance(item, DeviceBackend):
+                raise PluginError(f"plugin {who}: hami_device_backends returned {type(item).__name__} "
+                                  f"{item!r}, expected DeviceBackend; {_REPORT_TO_AUTHOR}")
+        warn_legacy(impl.plugin_name, who, self, items)
+        return items
 
     def _register_reported(self, plugin: object, name: str, dist: str | None, version: str | None,
                            status: PluginStatus, kind: str) -> None:
@@ -168,8 +198,9 @@ def get_plugin_manager(
 
     Order of registration (pluggy calls the last registered first): built-ins from
     :data:`hami_core.default_plugins.DEFAULT_PLUGINS`, then the ``hami.devices`` entry points (when
-    ``load_entrypoints``; names in ``blocked`` are not even imported), then ``plugins``, each named by
-    its ``__name__``. Raises :class:`PluginError` on a contract error; see the module docstring.
+    ``load_entrypoints``; entry points whose name or distribution is in ``blocked`` or ``$HAMI_BLOCK_PLUGINS``
+    are not even imported), then ``plugins``, each named by its ``__name__``. Raises :class:`PluginError` on a
+    contract error; see the module docstring.
     """
     pm = HamiPluginManager()
     if _env_flag(TRACE_ENV_VAR):
@@ -179,7 +210,7 @@ def get_plugin_manager(
 
     _register_builtins(pm)
     if load_entrypoints:
-        _load_entrypoints(pm, frozenset(blocked))
+        _load_entrypoints(pm, frozenset(_normal(n) for n in (*blocked, *_env_names(BLOCK_ENV_VAR))))
     for plugin in plugins:
         name = getattr(plugin, "__name__", None) or repr(plugin)
         pm._register_reported(plugin, name, None, None, "loaded", "plugin")
@@ -235,19 +266,55 @@ def _load_entrypoints(pm: HamiPluginManager, blocked: frozenset[str]) -> None:
             logger.warning("skipping %s: %s: %s", who, type(exc).__name__, exc)
         failures[id(ep)] = (f"{type(exc).__name__}: {exc}", exc)
 
-    names = [ep.name for ep in entry_points if ep.name not in blocked]
-    loader = _EntryPointLoader(entry_points, names, on_load_failure)
+    def is_blocked(ep: importlib_metadata.EntryPoint) -> bool:
+        dist = _origin(ep)[0]
+        return _normal(ep.name) in blocked or (dist is not None and _normal(dist) in blocked)
+
+    declared: dict[str, list[importlib_metadata.EntryPoint]] = {}
+    for ep in entry_points:
+        if not is_blocked(ep):
+            declared.setdefault(ep.name, []).append(ep)
+    clashing = {name: eps for name, eps in declared.items() if len(eps) > 1}
+    for name, eps in clashing.items():
+        who = " and ".join(_describe_dist(ep) for ep in eps)
+        pm.conflicts[name] = (
+            f"two installed distributions declare the {ENTRY_POINT_GROUP} entry point {name!r}: {who}; neither is "
+            f"loaded. Uninstall one, or block one by distribution name: {BLOCK_ENV_VAR}="
+            + " or =".join(_origin(ep)[0] or name for ep in eps) + " (or plugins.blocked in the device config)")
+
+    names = [name for name in declared if name not in clashing]
+    loader = _EntryPointLoader([ep for ep in entry_points if ep.name in names and not is_blocked(ep)], names,
+                               on_load_failure)
     loaded = {id(ext.entry_point): ext.plugin for ext in loader.extensions}
 
     for ep in entry_points:
         dist, version = _origin(ep)
-        if ep.name in blocked:
-            pm.set_blocked(ep.name)
+        if is_blocked(ep):
+            if ep.name not in declared:  # blocked by distribution while another one keeps the name: keep it open
+                pm.set_blocked(ep.name)
             pm.reports.append(PluginReport(ep.name, dist, version, "blocked", "blocked by configuration"))
+        elif ep.name in clashing:
+            others = " and ".join(_describe_dist(o) for o in clashing[ep.name] if o is not ep)
+            pm.reports.append(PluginReport(ep.name, dist, version, "conflict",
+                                           f"the entry point name is also declared by {others}"))
         elif id(ep) in failures:
             pm.reports.append(PluginReport(ep.name, dist, version, "failed", failures[id(ep)][0]))
         elif id(ep) in loaded:
             pm._register_reported(loaded[id(ep)], ep.name, dist, version, "loaded", "entry point")
+
+
+def _describe_dist(ep: importlib_metadata.EntryPoint) -> str:
+    dist, version = _origin(ep)
+    return f"{dist or '?'} {version or ''}".strip() + f" ({ep.value})"
+
+
+def _normal(name: str) -> str:
+    """Names compare as pip compares distributions: case-blind, ``_`` and ``.`` as ``-``."""
+    return name.strip().lower().replace("_", "-").replace(".", "-")
+
+
+def _env_names(var: str) -> list[str]:
+    return [part for part in os.environ.get(var, "").replace(" ", ",").split(",") if part.strip()]
 
 
 def _missing_dependency(ep: importlib_metadata.EntryPoint, exc: BaseException) -> bool:

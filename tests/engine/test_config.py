@@ -52,3 +52,22 @@ def test_vendor_section_errors_name_the_vendor_field(make_engine) -> None:
 
     with pytest.raises(ConfigError, match=r"nvidia\.defaultCores"):
         make_engine({"nvidia": {"defaultCores": 500}}, nvidia_plugin)
+
+
+def test_plugins_section_blocks_by_name_and_is_not_a_vendor_section() -> None:
+    config = load_config({"nvidia": {}, "plugins": {"blocked": ["hami-metax", " kunlun "]}})
+    assert config.blocked_plugins == ("hami-metax", "kunlun")
+    assert "plugins" not in config.devices
+
+
+@pytest.mark.parametrize(("section", "needle"), [
+    ([], "plugins: must be a mapping"),
+    ({"block": ["x"]}, "plugins.block: unknown field"),
+    ({"blocked": "hami-metax"}, "plugins.blocked: must be a list"),
+    ({"blocked": ["ok", ""]}, r"plugins.blocked\[1\]: must be a plugin or distribution name"),
+    ({"blocked": [7]}, r"plugins.blocked\[0\]"),
+    ({"blocked": ["x"] * 65}, "at most 64 names"),
+])
+def test_bad_plugins_section_names_the_field(section: object, needle: str) -> None:
+    with pytest.raises(ConfigError, match=needle):
+        load_config({"nvidia": {}, "plugins": section})

@@ -150,14 +150,57 @@ def test_unknown_hook_is_attributed_to_the_right_plugin(load) -> None:
     assert GOOD not in message
 
 
-def test_duplicate_entry_point_name_raises_naming_both_distributions(load) -> None:
-    with pytest.raises(PluginError) as info:
-        load("good", "duplicate")
+def test_duplicate_entry_point_name_loads_neither_and_names_both_distributions(load) -> None:
+    # An installation problem, not a plugin author's: the manager is built, both are reported as a conflict, and
+    # what every component needs (backends) refuses with one message naming both and the fix.
+    pm = load("good", "duplicate")
 
+    reports = {r.distribution: r for r in pm.reports if r.name == "success"}
+    assert {d: r.status for d, r in reports.items()} == {GOOD: "conflict", "hami-test-duplicate": "conflict"}
+    assert "hami-test-duplicate 1.0" in reports[GOOD].reason
+    assert "hami-test-plugins 1.0" in reports["hami-test-duplicate"].reason
+    assert not pm.has_plugin("success")
+    with pytest.raises(PluginError) as info:
+        pm.backends({})
     message = str(info.value)
-    assert "'success' (hami-test-duplicate 1.0)" in message
-    assert "'success' (hami-test-plugins 1.0)" in message
-    assert AUTHOR in message
+    assert "entry point 'success'" in message
+    assert "hami-test-plugins 1.0" in message and "hami-test-duplicate 1.0" in message
+    assert "HAMI_BLOCK_PLUGINS=" in message and AUTHOR not in message
+
+
+def test_blocking_one_distribution_resolves_a_name_conflict(load, report_of) -> None:
+    pm = load("good", "duplicate", blocked=("hami_test_duplicate",))  # distribution names compare as pip's
+
+    assert {(r.distribution, r.status) for r in pm.reports if r.name == "success"} == {
+        (GOOD, "loaded"), ("hami-test-duplicate", "blocked")}
+    assert pm.has_plugin("success") and pm.distribution_of("success") == GOOD
+    assert not pm.conflicts
+    pm.backends({})
+
+
+def test_environment_variable_blocks_by_entry_point_name(load, report_of, monkeypatch) -> None:
+    monkeypatch.setenv("HAMI_BLOCK_PLUGINS", " crash, wrongpath ")
+    pm = load("good")
+
+    assert report_of(pm, "crash").status == "blocked"
+    assert report_of(pm, "wrongpath").status == "blocked"
+    assert "hami_test_plugins.crash" not in sys.modules  # blocked means not even imported
+    assert report_of(pm, "success").status == "loaded"
+
+
+def test_backends_by_plugin_isolates_a_broken_registration_hook(load) -> None:
+    class Broken:
+        __name__ = "broken"
+
+        @hookimpl
+        def hami_device_backends(self, config):
+            raise RuntimeError("no such card")
+
+    pm = load("good", plugins=[Broken()])
+    result = pm.backends_by_plugin({})
+    assert isinstance(result["broken"], PluginError)
+    assert "hami_device_backends failed: RuntimeError: no such card" in str(result["broken"])
+    assert result["success"] == ["TESTGPU"]
 
 
 def test_duplicate_backend_name_across_distributions(load) -> None:
