@@ -26,6 +26,7 @@ from hami_core.sim.loader import InputError, bundled, load_file
 from hami_core.sim.mix import MIX_SOURCES, write_mix
 from hami_core.sim.replay import CPU_POD_PLACEMENTS
 from hami_core.sim.report import print_single, report_json, summary_table, usage_json
+from hami_core.sim.vendors import with_vendor_defaults
 from hami_core.sim.workload import PROTOCOLS, from_task
 
 #: GPU allocation ratio at 100 % arrived demand, mean of 10 seeds (traces/openb/README.md).
@@ -53,8 +54,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     src.add_argument("--trace-nodes", metavar="CSV", help="openb node list (openb_node_list_gpu_node.csv)")
     src.add_argument("--trace-pods", metavar="CSV", help="openb task list (openb_pod_list_*.csv)")
     src.add_argument("--config", metavar="PATH",
-                     help="device-config.yaml (default: every vendor for the bundled cluster, else NVIDIA only, "
-                          "with HAMi's chart defaults)")
+                     help="device-config.yaml; its sections override the defaults (default: the chart defaults of "
+                          "every installed vendor whose devices are on the nodes or requested by the pods; NVIDIA "
+                          "for traces)")
     src.add_argument("--split-count", type=int, default=10, metavar="N",
                      help="tasks that may share one trace GPU (HAMi deviceSplitCount; default 10)")
     src.add_argument("--strict", action="store_true",
@@ -119,9 +121,10 @@ def _config(args: argparse.Namespace) -> EngineConfig:
     return replace(config, scheduler=scheduler)
 
 
-def _inputs(args: argparse.Namespace, probe: Engine) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[Any],
-                                                              dict[str, Any]]:
-    """(nodes, resource quotas, tasks, the inputs' description for the report)."""
+def _inputs(args: argparse.Namespace, config: EngineConfig, plugins: Any) -> tuple[
+        EngineConfig, list[dict[str, Any]], list[dict[str, Any]], list[Any], dict[str, Any]]:
+    """(the configuration with the vendors found switched on, nodes, resource quotas, tasks, the inputs' description
+    for the report)."""
     skipped: list[str] = []
     quotas: list[dict[str, Any]] = []
     if args.trace_nodes:
@@ -144,9 +147,12 @@ def _inputs(args: argparse.Namespace, probe: Engine) -> tuple[list[dict[str, Any
         for i, pod in enumerate(pods):
             meta = pod.setdefault("metadata", {})
             meta.setdefault("uid", f"sim-{i:06d}")
-        tasks = sim_pods(probe, pods)
-    return nodes, quotas, tasks, {"cluster": cluster, "workload": workload, "nodes": len(nodes),
-                                  "resource_quotas": len(quotas), "tasks": len(tasks), "skipped_rows": len(skipped)}
+        if args.cluster:  # the vendors of the nodes and pods, not NVIDIA alone (trace nodes are NVIDIA)
+            config = with_vendor_defaults(config, plugins, nodes, pods)
+        tasks = sim_pods(Engine(config, plugins=plugins), pods)
+    return config, nodes, quotas, tasks, {"cluster": cluster, "workload": workload, "nodes": len(nodes),
+                                          "resource_quotas": len(quotas), "tasks": len(tasks),
+                                          "skipped_rows": len(skipped), "device_sections": sorted(config.devices)}
 
 
 def _print_policies(engine: Engine) -> int:
@@ -177,7 +183,7 @@ def _check_outputs(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     _check_outputs(args)
     config = _config(args)
-    plugins = get_plugin_manager()
+    plugins = get_plugin_manager(blocked=config.blocked_plugins)
     probe = Engine(config, plugins=plugins)
     if args.policy == "list":
         return _print_policies(probe)
@@ -195,7 +201,7 @@ def run(args: argparse.Namespace) -> int:
     seeds = None
     if mode == "openb":
         seeds = parse_seeds(args.seeds) if args.seeds else [args.seed if args.seed is not None else 42]
-    nodes, quotas, tasks, inputs = _inputs(args, probe)
+    config, nodes, quotas, tasks, inputs = _inputs(args, config, plugins)
     inputs.update(mode=mode, seeds=seeds, inflate=args.inflate if mode == "openb" else None,
                   policies=[p.label for p in policies], fgd_mix=args.fgd_mix, cpu_pods=args.cpu_pods,
                   protocol=args.protocol if mode == "openb" else None)
