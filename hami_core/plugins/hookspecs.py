@@ -167,7 +167,7 @@ def hami_node_health(
     """Decide whether the node's registration for this backend is alive (HAMi ``CheckHealth``).
 
     Phase: inventory, after :func:`hami_node_devices`. Stops at the first non-``None`` result; when no
-    plugin answers, the default plugin applies HAMi's generic handshake rule (spec §9.2): a
+    plugin answers, the default plugin applies HAMi's generic handshake rule: a
     ``Requesting_<time>`` mark older than 60 s with no allocatable devices is stale. ``now`` is the
     engine clock (Unix seconds); ``state`` a per-engine, per-backend scratch mapping for bookkeeping
     across calls (NVIDIA remembers the last allocatable count and register annotation per node).
@@ -292,7 +292,7 @@ def hami_filter_nodes(
     non-``None`` result, so a non-vendor plugin that wants to veto nodes wraps this hook
     (``@hookimpl(wrapper=True)``) and edits the results.
 
-    ``quota`` is the pod's namespace ResourceQuota (:class:`QuotaView`, spec §11) when the namespace limits this
+    ``quota`` is the pod's namespace ResourceQuota (:class:`QuotaView`) when the namespace limits this
     backend's memory or core resource, else ``None``. A vendor that enforces quota inside its fit (HAMi: NVIDIA,
     Cambricon) accepts the argument and passes
     ``quota_predicate(quota, backend, candidate)`` (:func:`hami_core.plugins.fit.quota_predicate`) as
