@@ -199,10 +199,7 @@ class Cycle:
                      container_reqs: list[Any]) -> list[int]:
         """One container's request of one backend on ``alive``: the positions of the nodes where it fits."""
         request = self.requests.containers[pos][backend.name]
-        quota = self.quota
-        if quota is not None:
-            quota = (QuotaView(quota.namespace, quota.entries, pos, self.requests.init_count)
-                     if quota.limited(backend.resource_names) else None)
+        quota = self.quota_for(pos, backend)
         options = self._vector_options(alive, backend, request, quota) if len(alive) >= VECTOR_MIN_NODES else None
         if options is not None:
             return self._fit_vector(alive, pos, init, backend, request, container_reqs, quota, options)
@@ -233,6 +230,14 @@ class Cycle:
             self._record(alive[i], pos, init, backend.name, result.devices)
             kept.append(i)
         return kept
+
+    def quota_for(self, pos: int, backend: DeviceBackend) -> QuotaView | None:
+        """The pod's quota view for container ``pos`` and ``backend`` (``None``: the backend's resources are not
+        limited in the namespace), as ``hami_filter_nodes`` receives it."""
+        quota = self.quota
+        if quota is None or not quota.limited(backend.resource_names):
+            return None
+        return QuotaView(quota.namespace, quota.entries, pos, self.requests.init_count)
 
     def _candidate(self, state: NodeState, pos: int, backend: str, devs: list[DeviceUsage],
                    container_reqs: list[Any]) -> FitCandidate:
