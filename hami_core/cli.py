@@ -28,6 +28,9 @@ __all__ = ["COMMANDS", "Command", "main"]
 PROG = "hami"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 DEFAULT_LOG_LEVEL = "WARNING"
+#: The long-running servers log at INFO by default: an operator sees where they listen and what they do (their
+#: startup lines are INFO, not warnings); one-shot commands stay quiet unless something is wrong.
+SERVER_LOG_LEVEL = "INFO"
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,8 @@ class Command:
     #: import the module only when the command runs, and parse its flags then (``hami simulate -h``): its import
     #: is heavy, and every other command works without it
     lazy: bool = False
+    #: the logging threshold without ``--log-level``
+    log_level: str = DEFAULT_LOG_LEVEL
 
 
 COMMANDS: tuple[Command, ...] = (
@@ -52,16 +57,17 @@ COMMANDS: tuple[Command, ...] = (
     Command("simulate", "hami_core.sim.cli", "place a workload onto a cluster in-process (hami simulate -h)",
             lazy=True),
     Command("scheduler", "hami_core.scheduler.cli", "serve the kube-scheduler extender and admission webhook",
-            extra="scheduler"),
+            extra="scheduler", log_level=SERVER_LOG_LEVEL),
     Command("monitor", "hami_core.monitor.cli", "export per-container GPU usage from HAMi-core's shared regions",
-            extra="monitor"),
+            extra="monitor", log_level=SERVER_LOG_LEVEL),
     Command("device-plugin", "hami_core.node.cli", "serve the kubelet device plugin for one vendor on this node",
-            extra="node"),
+            extra="node", log_level=SERVER_LOG_LEVEL),
     Command("certs", "hami_core.scheduler.cli", "write a self-signed TLS certificate and key",
             add="add_certs_arguments", run="run_certs", extra="scheduler"),
 )
 
 Handler = Callable[[argparse.Namespace, list[str]], int]
+_COMMAND_LOG_LEVELS = {command.name: command.log_level for command in COMMANDS}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -77,7 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:
         return _exit_status(exc)
 
-    args.log_level = getattr(args, "log_level", DEFAULT_LOG_LEVEL)
+    args.log_level = getattr(args, "log_level", None) or _COMMAND_LOG_LEVELS.get(args.command, DEFAULT_LOG_LEVEL)
     logging.basicConfig(level=args.log_level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     handler: Handler = args.handler
     try:
@@ -98,7 +104,8 @@ def _build_parser() -> argparse.ArgumentParser:
     # supplies the real default.
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS, default=argparse.SUPPRESS,
-                        help=f"logging threshold on stderr (default: {DEFAULT_LOG_LEVEL})")
+                        help=f"logging threshold on stderr (default: {SERVER_LOG_LEVEL} for the servers "
+                             f"scheduler, monitor and device-plugin, {DEFAULT_LOG_LEVEL} otherwise)")
 
     parser = argparse.ArgumentParser(
         prog=PROG, parents=[common],

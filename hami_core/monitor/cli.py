@@ -69,7 +69,8 @@ def run(args: argparse.Namespace) -> int:
         monitor.start()
     except OSError as exc:
         raise HamiError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
-    logging.getLogger("hami.monitor").warning(
+    # INFO: the server commands log at INFO unless told otherwise (hami_core.cli.SERVER_LOG_LEVEL)
+    logging.getLogger("hami.monitor").info(
         "hami monitor serving %s for %s; feedback %s; pods from %s", monitor.url, args.containers_dir,
         "on" if args.feedback else "off", "the cluster" if cluster is not None else "directory names")
     stop.wait()

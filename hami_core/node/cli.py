@@ -67,9 +67,10 @@ def run(args: argparse.Namespace) -> int:
         app.stop()
         detail = exc.details() if hasattr(exc, "details") else exc
         raise HamiError(f"cannot start the device plugin (kubelet at {app.kubelet_socket}): {detail}") from None
-    logging.getLogger("hami.node").warning("hami device-plugin %s serving %s on %s for node %s (%d devices)",
-                                           args.vendor, backends[0].resource_names.count, app.server.socket_path,
-                                           node_name, len(app.devices))
+    # INFO: the server commands log at INFO unless told otherwise (hami_core.cli.SERVER_LOG_LEVEL)
+    logging.getLogger("hami.node").info("hami device-plugin %s serving %s on %s for node %s (%d devices)",
+                                        args.vendor, backends[0].resource_names.count, app.server.socket_path,
+                                        node_name, len(app.devices))
     stop.wait()
     app.stop()
     return 0

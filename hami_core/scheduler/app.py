@@ -17,6 +17,7 @@ from hami_core.scheduler.identity import TrustedIdentities
 from hami_core.scheduler.inflight import DEFAULT_INFLIGHT_LIMIT
 from hami_core.scheduler.metrics import MetricsServer, serve_metrics
 from hami_core.scheduler.nodelock import DEFAULT_RETRY_TIMEOUT_S, DEFAULT_TIMEOUT_S, DEFAULT_WAIT_S, WATCHED_POLL_S
+from hami_core.scheduler.reqmetrics import RequestMetrics
 from hami_core.scheduler.requeue import DEFAULT_NUDGE_INTERVAL_S
 from hami_core.scheduler.routes import ALL_ROUTES, EXTENDER_ROUTES, WEBHOOK_ROUTES
 from hami_core.scheduler.sync import DEFAULT_INTERVAL_S, Sync
@@ -121,6 +122,9 @@ class Scheduler:
         self.extender.locker.poll_s = WATCHED_POLL_S
         self.webhook = Webhook(engine, engine_lock=self.lock,
                                trusted=TrustedIdentities.of(self.options.trusted_users, self.options.trusted_groups))
+        #: what filters, binds and reviews did, and the leader gauge: one set for both listeners, on /metrics
+        self.request_metrics = RequestMetrics(is_leader)
+        self.extender.metrics = self.webhook.metrics = self.request_metrics
         options = self.options
         self.auth = Auth.of(options.client_ca_file, options.extender_token_file, options.webhook_client_ca_file)
         common = {"cert_file": options.cert_file, "key_file": options.key_file, "ready": lambda: self.sync.synced,
@@ -164,7 +168,7 @@ class Scheduler:
             self.metrics = serve_metrics(self.engine, self.options.metrics_host, self.options.metrics_port,
                                          self.lock, self.extender.locker,
                                          device_detail=self.options.metrics_device_detail,
-                                         extender=self.extender)
+                                         extender=self.extender, requests=self.request_metrics)
         if self.extender.nudger is not None:
             self.extender.nudger.start()
         for server in self.servers:

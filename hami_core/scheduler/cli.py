@@ -211,7 +211,8 @@ def run(args: argparse.Namespace) -> int:
         for server in service.servers:
             server.shutdown()
         raise HamiError(f"cannot start: {exc.strerror or exc}") from None
-    # At warning level so that the default log level still shows where the service listens, and who may call it.
+    # INFO: the server commands log at INFO unless told otherwise (hami_core.cli.SERVER_LOG_LEVEL), so the default
+    # still shows where the service listens and who may call it, without a warning for a healthy start.
     log = logging.getLogger("hami.scheduler")
     if service.webhook_server is None:
         listeners = f"{service.server.url}/filter, /bind, /webhook, /healthz, /readyz"
@@ -222,7 +223,7 @@ def run(args: argparse.Namespace) -> int:
         (f"the bearer tokens of {args.extender_token_file}", args.extender_token_file)) if on)
     callers = (f"extender: {extender_callers or 'anyone'}; webhook: "
                + (f"client certificates of {args.webhook_client_ca_file}" if args.webhook_client_ca_file else "anyone"))
-    log.warning("hami scheduler %s serving %s (%s server); callers: %s; metrics %s; %d node(s)",
+    log.info("hami scheduler %s serving %s (%s server); callers: %s; metrics %s; %d node(s)",
                 args.scheduler_name, listeners, args.http_server, callers, service.metrics_url or "disabled",
                 len(engine.nodes))
     if not extender_callers and host not in ("127.0.0.1", "::1", "localhost"):
@@ -230,7 +231,7 @@ def run(args: argparse.Namespace) -> int:
                     "--client-ca-file or --extender-token-file, or serve it on loopback (--webhook-bind)",
                     args.http_bind)
     stop.wait()
-    logging.getLogger("hami.scheduler").warning("shutting down")
+    logging.getLogger("hami.scheduler").info("shutting down")
     service.stop()
     if elector_stop is not None:
         elector_stop.set()

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -92,6 +93,43 @@ def _final(exc: BaseException) -> bool:
 def _same_containers(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     """Two copies of a pod with the same containers have the same device requests."""
     return a is b or containers(a) == containers(b)
+
+
+def _bind_failure(exc: BaseException) -> str:
+    """The reason word of a bind that failed with ``exc`` after its pod and node were found."""
+    if isinstance(exc, LockContention):
+        return "lock_contention"
+    if isinstance(exc, Overcommit):
+        return "overcommit"
+    if isinstance(exc, NotFoundError):
+        return "node_not_found"
+    return "api_error"
+
+
+class _Phases:
+    """Times the phases of one bind into :meth:`RequestMetrics.bind_phase`: ``with phases("node_lock"): ...``
+    observes the block's duration, with ``result="error"`` when it raised or :meth:`failed` was called in it."""
+
+    __slots__ = ("_failed", "_name", "_started", "metrics")
+
+    def __init__(self, metrics: RequestMetrics) -> None:
+        self.metrics = metrics
+        self._name = ""
+        self._started = 0.0
+        self._failed = False
+
+    def __call__(self, name: str) -> _Phases:
+        self._name, self._failed = name, False
+        return self
+
+    def failed(self) -> None:
+        self._failed = True
+
+    def __enter__(self) -> None:
+        self._started = time.perf_counter()
+
+    def __exit__(self, kind: object, _value: object, _tb: object) -> None:
+        self.metrics.bind_phase(self._name, kind is None and not self._failed, time.perf_counter() - self._started)
 
 
 class Extender:
@@ -167,11 +205,24 @@ class Extender:
 
     # ------------------------------------------------------------------------------------ filter
     def filter(self, args: Mapping[str, Any]) -> dict[str, Any]:
-        """``POST /filter``: ``ExtenderArgs`` → ``ExtenderFilterResult``."""
+        """``POST /filter``: ``ExtenderArgs`` → ``ExtenderFilterResult``; counted and timed in :attr:`metrics`."""
+        started = time.perf_counter()
+        reason = "exception"
+        try:
+            result, reason = self._filter(args)
+            return result
+        except BadRequest:
+            reason = "bad_request"
+            raise
+        finally:
+            self.metrics.filtered(reason, time.perf_counter() - started)
+
+    def _filter(self, args: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
+        """The filter's answer, and its reason word (:data:`~.reqmetrics.FILTER_REASONS`)."""
         low = lower_keys(args, "ExtenderArgs")
         pod = low.get("pod")
         if pod is None:
-            return filter_result(error="extender args missing pod")
+            return filter_result(error="extender args missing pod"), "missing_pod"
         if not isinstance(pod, Mapping):
             raise BadRequest(f"ExtenderArgs.Pod must be a Pod object, got {type(pod).__name__}")
         shape = pod_shape_error(pod)
@@ -182,22 +233,23 @@ class Extender:
         if nodes is not None and not isinstance(nodes, Mapping):
             raise BadRequest("ExtenderArgs.Nodes must be a NodeList object")
         if self.ready is not None and not self.ready(self.sync_wait_s):
-            return filter_result(error="context cancelled")
+            return filter_result(error="context cancelled"), "not_synced"
         if nodes is not None:  # a simulation changes nothing and tells nothing of other pods: the body will do
             with self.lock:
                 requests = self.engine.requests(pod)
             if requests.empty:
-                return filter_result(node_names=list(names) if names is not None else None)
+                return filter_result(node_names=list(names) if names is not None else None), "no_device_request"
             return self._simulate(pod, nodes, requests)
 
+        refused_before = self.refused
         pod, refusal = self.gate.for_filter(pod)
-        if pod is None:
-            return filter_result(error=refusal)
+        if pod is None:  # the gate counts refusals; anything else is a failed read
+            return filter_result(error=refusal), "pod_refused" if self.refused > refused_before else "pod_read_failed"
         with self.lock:
             requests = self.engine.requests(pod)
         if requests.empty:
             self.gate.passed(pod)
-            return filter_result(node_names=list(names) if names is not None else None)
+            return filter_result(node_names=list(names) if names is not None else None), "no_device_request"
         names = names if names is not None else []
         self.writes.before_filter()
 
@@ -216,17 +268,17 @@ class Extender:
             return filter_result(failed=decision.failed)
         text = self.writes.after_filter(pod, decision, requests)
         if text:
-            return filter_result(error=text)
+            return filter_result(error=text), "write_failed"
 
         node = decision.node or ""
         fit = ",".join(f"{n}:{decision.scores[n]:.2f}" for n in sorted(decision.scores))
         self.event(pod, NORMAL, FILTERING_SUCCEED,
                    f"find fit node({node}), {len(names) - len(decision.scores)} nodes not fit, "
                    f"{len(decision.scores)} nodes fit({fit})")
-        return filter_result(node_names=[node])
+        return filter_result(node_names=[node]), "scheduled"
 
     def _simulate(self, pod: Mapping[str, Any], nodes: Mapping[str, Any],
-                  requests: ContainerRequests) -> dict[str, Any]:
+                  requests: ContainerRequests) -> tuple[dict[str, Any], str]:
         """§6.11: fit onto the supplied Node objects on a throwaway engine; no usage, events or patches."""
         items = nodes.get("items", nodes.get("Items")) or []
         if not isinstance(items, list) or not all(isinstance(n, Mapping) for n in items):
@@ -239,17 +291,18 @@ class Extender:
             by_name[name] = node
         decision = self.engine.simulate(pod, items, requests=requests)
         if decision.error:
-            return filter_result(error=decision.error)
+            return filter_result(error=decision.error), "decision_error"
         if not decision.ok:
-            return filter_result(failed=decision.failed)
+            return filter_result(failed=decision.failed), "simulated_no_fit"
         return filter_result(nodes={"items": [dict(by_name[decision.node or ""])]},
-                             failed=decision.failed or None)
+                             failed=decision.failed or None), "simulated"
 
     def _filtering_failed(self, pod: Mapping[str, Any], failed: Mapping[str, str], total: int) -> None:
         grouped: dict[str, set[str]] = {}
         for node, reason in failed.items():
             for word in parse_reasons(reason):
                 grouped.setdefault(word, set()).add(node)
+        self.metrics.node_failure_words(word for word, members in grouped.items() for _ in members)
         for word in sorted(grouped):
             members = sorted(grouped[word])
             self.event(pod, WARNING, FILTERING_FAILED, f"{len(members)} nodes {word}({','.join(members)})")
@@ -257,7 +310,22 @@ class Extender:
 
     # ------------------------------------------------------------------------------------ bind
     def bind(self, args: Mapping[str, Any]) -> dict[str, Any]:
-        """``POST /bind``: ``ExtenderBindingArgs`` → ``ExtenderBindingResult``."""
+        """``POST /bind``: ``ExtenderBindingArgs`` → ``ExtenderBindingResult``; counted, and timed per phase, in
+        :attr:`metrics`."""
+        started = time.perf_counter()
+        reason = "exception"
+        try:
+            result, reason = self._bind_request(args)
+            return result
+        except BadRequest:
+            reason = "bad_request"
+            raise
+        finally:
+            self.metrics.bound(reason)
+            self.metrics.bind_phase("total", BIND_REASONS[reason] == "success", time.perf_counter() - started)
+
+    def _bind_request(self, args: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
+        """The bind's answer, and its reason word (:data:`~.reqmetrics.BIND_REASONS`)."""
         low = lower_keys(args, "ExtenderBindingArgs")
         name, namespace, uid, node = (low.get(k) for k in ("podname", "podnamespace", "poduid", "node"))
         # kube-scheduler always sends the pod's UID: it is what tells the pod apart from a deleted one of its name
@@ -268,74 +336,85 @@ class Extender:
             raise BadRequest(f"ExtenderBindingArgs.PodNamespace must be a string, got {type(namespace).__name__}")
         assert isinstance(name, str) and isinstance(uid, str) and isinstance(node, str)  # checked above
         ref = PodRef(namespace or "default", name)
+        phase = time.perf_counter()
         found, requests, from_filter, text = self.gate.for_bind(ref, uid)
+        self.metrics.bind_phase("pod_lookup", found is not None, time.perf_counter() - phase)
         if found is None:
             self.refused += 1
             log.warning("bind %s to %s refused: %s", ref, node, text)
-            return {"Error": text}
+            return {"Error": text}, "pod_refused"
         pod = found
         text, done, requests = self.gate.bind_refusal(pod, ref, uid, node, from_filter, requests)
         if done:
             log.info("bind %s: already bound to node %s; nothing to do", ref, node)
-            return {"Error": ""}
+            return {"Error": ""}, "already_bound"
         if text:
             self.refused += 1
             log.warning("bind %s to %s refused: %s", ref, node, text)
-            return {"Error": text}
+            return {"Error": text}, "pod_refused"
         pod, allocation, text = self.writes.at_bind(pod, ref, node)
         if text:
             log.warning("bind: %s", text)
             self.event(pod, WARNING, BINDING_FAILED, text)
-            return {"Error": text}
+            return {"Error": text}, "write_failed"
         try:
             return self._bind_locked(pod, ref, uid, node, allocation, from_filter, requests)
         finally:
             self.writes.bind_finished(ref)
 
     def _bind_locked(self, pod: Mapping[str, Any], ref: PodRef, uid: str, node: str, allocation: dict[str, str],
-                     from_filter: bool, requests: ContainerRequests | None) -> dict[str, Any]:
-        """The bind of a pod identified and judged bindable: node lock, over-commit check, Binding."""
+                     from_filter: bool, requests: ContainerRequests | None) -> tuple[dict[str, Any], str]:
+        """The bind of a pod identified and judged bindable: node lock, over-commit check, Binding. Each phase is
+        timed (:data:`~.reqmetrics.BIND_PHASES`), and the phase that failed is observed with ``result="error"``."""
         namespace, name = ref
+        timer = _Phases(self.metrics)
         try:
-            node_obj, node_fresh = self._node_to_bind(node)
+            with timer("node_lookup"):
+                node_obj, node_fresh = self._node_to_bind(node)
         except Exception as exc:
             with self.lock:
                 self.engine.unreserve(pod)
             self.event(pod, WARNING, BINDING_FAILED, f"failed to get node {node}")
-            return {"Error": str(exc)}
+            return {"Error": str(exc)}, "node_not_found" if isinstance(exc, NotFoundError) else "api_error"
 
         held: list[LockSpec] = []
         try:
             with self.lock:
                 specs = self.engine.lock_specs(pod, requests=requests)
             seen: Mapping[str, Any] | None = node_obj
-            for spec in specs:
-                try:
-                    seen = self.locker.acquire(node, pod, spec, seen, seen_fresh=node_fresh)
-                    node_fresh = True
-                except Exception as exc:
-                    for done in reversed(held):
-                        self._release_quietly(node, pod, done)
-                    held.clear()
-                    if isinstance(exc, NotFoundError) and not node_fresh:  # the watch had not seen it go yet
-                        with self.lock:
-                            self.engine.unreserve(pod)
-                        self.event(pod, WARNING, BINDING_FAILED, f"failed to get node {node}")
-                        return {"Error": str(exc)}
-                    raise
-                if spec not in held:
-                    held.append(spec)
-            pod = self._verify_fits(pod, node, seen or node_obj, fresh=not from_filter, requests=requests)
+            with timer("node_lock"):
+                for spec in specs:
+                    try:
+                        seen = self.locker.acquire(node, pod, spec, seen, seen_fresh=node_fresh)
+                        node_fresh = True
+                    except Exception as exc:
+                        for done in reversed(held):
+                            self._release_quietly(node, pod, done)
+                        held.clear()
+                        if isinstance(exc, NotFoundError) and not node_fresh:  # the watch had not seen it go yet
+                            with self.lock:
+                                self.engine.unreserve(pod)
+                            self.event(pod, WARNING, BINDING_FAILED, f"failed to get node {node}")
+                            timer.failed()
+                            return {"Error": str(exc)}, "node_not_found"
+                        raise
+                    if spec not in held:
+                        held.append(spec)
+            with timer("fit_check"):
+                pod = self._verify_fits(pod, node, seen or node_obj, fresh=not from_filter, requests=requests)
             phase = {keys.BIND_PHASE: keys.BIND_PHASE_ALLOCATING, keys.BIND_TIME: encode_unix_seconds(self.clock())}
             if allocation:  # --write-allocation bind: the decision is written here, with the bind phase and label
                 patch: dict[str, Any] = {"metadata": {"annotations": {**allocation, **phase},
                                                       "labels": {keys.VGPU_NODE: node}}}
-                bound = self.write(f"patch pod {ref}", lambda: self.cluster.patch_pod(namespace, name, patch))
-                self._bind(ref, uid, node)
+                with timer("patch_annotations"):
+                    bound = self.write(f"patch pod {ref}", lambda: self.cluster.patch_pod(namespace, name, patch))
+                with timer("apiserver_bind"):
+                    self._bind(ref, uid, node)
             else:
                 # the bind phase rides on the Binding: kube-apiserver merges its annotations into the pod in the
                 # same write, so kubelet never sees the pod bound without it, and a bind costs one write, not two
-                self._bind(ref, uid, node, phase)
+                with timer("apiserver_bind"):
+                    self._bind(ref, uid, node, phase)
                 meta = dict(metadata(pod))
                 meta["annotations"] = {**(meta.get("annotations") or {}), **phase}
                 bound = {**pod, "metadata": meta, "spec": {**(pod.get("spec") or {}), "nodeName": node}}
@@ -346,14 +425,14 @@ class Extender:
             text = str(exc) or type(exc).__name__
             log.warning("bind %s to %s failed: %s", ref, node, text)
             self.event(pod, WARNING, BINDING_FAILED, text)
-            return {"Error": text}
+            return {"Error": text}, _bind_failure(exc)
         self.writes.bound(ref)
         try:
             self.engine.pod_bound(bound, node)
         except Exception:
             log.exception("hami_pod_bound failed for %s (the pod is bound)", ref)
         self.event(pod, NORMAL, BINDING_SUCCEED, f"Successfully binding node [{node}] to {ref}")
-        return {"Error": ""}
+        return {"Error": ""}, "bound"
 
     def _node_to_bind(self, node: str) -> tuple[Mapping[str, Any], bool]:
         """(the Node, whether it was read now): as the Node watch has it (the lock is a compare-and-swap on its

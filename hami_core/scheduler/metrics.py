@@ -31,7 +31,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
@@ -41,9 +41,10 @@ from hami_core.engine.facade import Engine
 from hami_core.plugins.types import MigInstance
 from hami_core.scheduler.extender import Extender
 from hami_core.scheduler.nodelock import NodeLocker
+from hami_core.scheduler.reqmetrics import RequestMetrics
 
 __all__ = ["CHEAP_RENDER_S", "METRICS_CONNECTIONS", "METRICS_SCRAPES", "EngineCollector", "LockWaitCollector",
-           "MetricsRenderer", "MetricsServer", "serve_metrics"]
+           "MetricsRenderer", "MetricsServer", "register_runtime", "serve_metrics"]
 
 log = logging.getLogger("hami.scheduler.metrics")
 
@@ -249,6 +250,15 @@ class ExtenderCollector(Collector):
         yield from (refused, misses)
 
 
+def register_runtime(registry: CollectorRegistry) -> None:
+    """prometheus-client's process (``process_cpu_seconds_total``, ``process_resident_memory_bytes``, open fds:
+    Linux only, empty elsewhere), platform (``python_info``) and garbage-collector (``python_gc_*``) collectors,
+    into ``registry`` rather than the library's global one (nothing here is global)."""
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    GCCollector(registry=registry)
+
+
 class MetricsRenderer:
     """The exposition text of a registry, rendered one at a time and spaced out when renders are expensive."""
 
@@ -321,14 +331,22 @@ class MetricsServer:
 
 def serve_metrics(engine: Engine, host: str, port: int, engine_lock: threading.RLock | None = None,
                   locker: NodeLocker | None = None, *, device_detail: bool = False,
-                  extender: Extender | None = None) -> MetricsServer:
-    """Serve ``/metrics`` for ``engine`` (and ``locker``'s waits) on ``host:port`` (port 0 = any), started."""
+                  extender: Extender | None = None, requests: RequestMetrics | None = None,
+                  process: bool = True) -> MetricsServer:
+    """Serve ``/metrics`` for ``engine`` (and ``locker``'s waits, ``extender``'s refusals, ``requests``' counters
+    and histograms) on ``host:port`` (port 0 = any), started. ``process``: also prometheus-client's process,
+    platform and gc collectors (``process_*``, ``python_info``, ``python_gc_*``)."""
     registry = CollectorRegistry()
     registry.register(EngineCollector(engine, engine_lock, device_detail=device_detail))
     if locker is not None:
         registry.register(LockWaitCollector(locker))
     if extender is not None:
         registry.register(ExtenderCollector(extender))
+    if requests is not None:
+        for collector in requests.collectors():
+            registry.register(collector)
+    if process:
+        register_runtime(registry)
     server = MetricsServer(registry, host, port)
     server.start()
     return server

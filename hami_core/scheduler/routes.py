@@ -31,6 +31,7 @@ from typing import Any
 
 from hami_core.scheduler.auth import Auth
 from hami_core.scheduler.extender import BadRequest, Extender
+from hami_core.scheduler.reqmetrics import RequestMetrics
 from hami_core.scheduler.webhook import Webhook
 
 __all__ = ["ALL_ROUTES", "BULK_BODY", "BULK_LIMIT", "CLIENT_TIMEOUT_S", "DRAIN_S", "ENDPOINT_LIMITS",
@@ -215,6 +216,9 @@ class Routes:
             assert webhook is not None, "/webhook needs a webhook"
             handlers["/webhook"] = webhook.review
         self._post = {path: handler for path, handler in handlers.items() if path in serves}
+        # callers refused here count with the requests' own metrics (the app shares one set between both halves)
+        owner = extender if serves & EXTENDER_ROUTES else webhook
+        self.metrics: RequestMetrics | None = getattr(owner, "metrics", None)
         self.probes = "/webhook" in serves or serves == ALL_ROUTES
         self.slow_gets = dict(gets or {})
         limits = {**ENDPOINT_LIMITS, **(limits or {})}
@@ -264,6 +268,8 @@ class Routes:
         if refused is None and self.auth is not None:
             denied = self.auth.check(path, authorization, client_cert)
             if denied is not None:
+                if self.metrics is not None:
+                    self.metrics.refused_caller(path, denied.status)
                 return text(denied.status, denied.message, denied.headers)
         if refused is not None:
             return refused

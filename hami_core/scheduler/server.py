@@ -19,10 +19,16 @@ SchedulerServer = AsyncSchedulerServer
 
 
 def parse_bind(text: str, default_port: int) -> tuple[str, int]:
-    """``host:port`` (``:9395`` = all interfaces, ``[::1]:80`` for IPv6, a bare host takes ``default_port``)
-    → (host, port). Raises ``ValueError`` saying what is wrong: a port that is not a number from 0 to 65535
-    (0 = any free port), an IPv6 address without brackets, an empty host in brackets."""
+    """``host:port`` (``:9395`` and a bare port ``9395`` = all interfaces, ``[::1]:80`` for IPv6, a bare host takes
+    ``default_port``) → (host, port). Raises ``ValueError`` saying what is wrong: a port that is not a number from 0
+    to 65535 (0 = any free port), an IPv6 address without brackets, an empty host in brackets, an empty address."""
     text = text.strip()
+    if not text:
+        raise ValueError(f"invalid address '': expected HOST:PORT, :PORT or PORT, e.g. 127.0.0.1:{default_port}")
+    if text.isascii() and text.isdigit():
+        # a bare port is ":PORT" (all interfaces), as --metrics-bind's ":9395"; it used to be read as a host
+        # named "9543" on the default port
+        text = ":" + text
     if text.startswith("["):
         inside, bracket, rest = text[1:].partition("]")
         if not bracket or not inside:

@@ -19,6 +19,7 @@ import base64
 import json
 import logging
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,6 +28,7 @@ from hami_core.engine.pods import metadata, pod_ref, pod_shape_error
 from hami_core.plugins.errors import AdmissionDenied, AdmissionFailed, HamiError
 from hami_core.scheduler.extender import BadRequest
 from hami_core.scheduler.identity import TrustedIdentities
+from hami_core.scheduler.reqmetrics import RequestMetrics
 from hami_core.wire import keys
 from hami_core.wire.owned import changed_owned, first_owned, owned_annotations
 
@@ -35,6 +37,8 @@ __all__ = ["Webhook", "json_patch", "pointer"]
 log = logging.getLogger("hami.scheduler.webhook")
 
 VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
+#: The engine's quota denial (HAMi's text), counted as ``reason="quota"``.
+QUOTA_MESSAGE = "exceeding resource quota"
 
 
 def pointer(parts: list[str | int]) -> str:
@@ -147,9 +151,27 @@ class Webhook:
         self.owned: tuple[str, ...] = owned_annotations(engine.backends.values())
         log.info("webhook: %d scheduler-owned annotation keys may be changed only by %s", len(self.owned),
                  self.trusted.describe())
+        #: what reviews answered (the scheduler app shares one with its extender and serves it on /metrics)
+        self.metrics = RequestMetrics()
 
     def review(self, body: Any) -> dict[str, Any]:
-        """Answer one ``AdmissionReview``; raises :class:`BadRequest` when it is not one."""
+        """Answer one ``AdmissionReview``; raises :class:`BadRequest` when it is not one. Counted and timed in
+        :attr:`metrics` by operation and reason (:data:`~.reqmetrics.WEBHOOK_REASONS`)."""
+        started = time.perf_counter()
+        operation: Any = None
+        reason = "exception"
+        try:
+            request = body.get("request") if isinstance(body, Mapping) else None
+            operation = request.get("operation", "CREATE") if isinstance(request, Mapping) else None
+            result, reason = self._review(body)
+            return result
+        except BadRequest:
+            reason = "bad_request"
+            raise
+        finally:
+            self.metrics.reviewed(operation, reason, time.perf_counter() - started)
+
+    def _review(self, body: Any) -> tuple[dict[str, Any], str]:
         if not isinstance(body, Mapping):
             raise BadRequest("AdmissionReview must be a JSON object")
         version = body.get("apiVersion")
@@ -162,29 +184,29 @@ class Webhook:
         uid = request.get("uid")
         if not isinstance(uid, str) or not uid:
             raise BadRequest("AdmissionReview request.uid is missing")
-        response = self._respond(request)
+        response, reason = self._respond(request)
         response["uid"] = uid
-        return {"apiVersion": version, "kind": "AdmissionReview", "response": response}
+        return {"apiVersion": version, "kind": "AdmissionReview", "response": response}, reason
 
-    def _respond(self, request: Mapping[str, Any]) -> dict[str, Any]:
+    def _respond(self, request: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
         # kube-apiserver always sends the operation; a hand-made review without one is judged as a CREATE
         operation = request.get("operation", "CREATE")
         if operation == "UPDATE":
             return self._update(request)
         if operation != "CREATE":
             if not isinstance(operation, str):
-                return _bad(f"request.operation must be a string, got {type(operation).__name__}")
+                return _bad(f"request.operation must be a string, got {type(operation).__name__}"), "bad_request"
             # not registered for it (deploy/ sends CREATE and UPDATE): nothing of ours to judge
-            return {"allowed": True, "status": {"code": 200}}
+            return {"allowed": True, "status": {"code": 200}}, "other_operation"
         return self._create(request)
 
-    def _create(self, request: Mapping[str, Any]) -> dict[str, Any]:
+    def _create(self, request: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
         pod = request.get("object")
         if not isinstance(pod, Mapping):
-            return _bad("request.object is not a Pod object")
+            return _bad("request.object is not a Pod object"), "bad_request"
         shape = pod_shape_error(pod)
         if shape is not None:
-            return _bad(f"request.object {pod_ref(pod)}: {shape}")
+            return _bad(f"request.object {pod_ref(pod)}: {shape}"), "bad_request"
         # Before the opt-out label and the schedulerName: a pod taking either path would keep an allocation it
         # wrote itself, and the device plugin would serve it as if the scheduler had decided it.
         owned = first_owned(metadata(pod).get("annotations") or {}, self.owned)
@@ -193,20 +215,22 @@ class Webhook:
             log.warning("denied CREATE of pod %s by %s: it carries the scheduler-owned annotation %s", ref,
                         _username(request), owned)
             return _forbidden(f"pod {ref}: annotation {owned} is written by the HAMi scheduler and cannot be set "
-                              "when creating a pod")
+                              "when creating a pod"), "owned_annotation"
         labels = metadata(pod).get("labels") or {}
         if isinstance(labels, Mapping) and labels.get(keys.WEBHOOK_LABEL) == keys.WEBHOOK_IGNORE:
-            return {"allowed": True, "status": {"code": 200}}
+            return {"allowed": True, "status": {"code": 200}}, "opted_out"
         try:
             namespace = request.get("namespace")
             with self.lock:
                 admitted = self.engine.admit(pod, namespace=namespace if isinstance(namespace, str) else None)
         except AdmissionDenied as exc:
-            return {"allowed": False, "status": {"code": exc.code, "reason": "Forbidden", "message": str(exc)}}
+            # HAMi's quota message, word for word (the engine's QuotaCheck): the one denial an operator sizes for
+            reason = "quota" if str(exc) == QUOTA_MESSAGE else "policy"
+            return {"allowed": False, "status": {"code": exc.code, "reason": "Forbidden", "message": str(exc)}}, reason
         except AdmissionFailed as exc:
-            return {"allowed": False, "status": {"code": exc.code, "message": str(exc)}}
+            return {"allowed": False, "status": {"code": exc.code, "message": str(exc)}}, "invalid_request"
         except HamiError as exc:
-            return {"allowed": False, "status": {"code": 500, "message": str(exc)}}
+            return {"allowed": False, "status": {"code": 500, "message": str(exc)}}, "exception"
         ops = json_patch(pod, admitted)
         out: dict[str, Any] = {"allowed": True, "status": {"code": 200}}
         if ops:
@@ -214,25 +238,25 @@ class Webhook:
             out["patch"] = base64.b64encode(json.dumps(ops, separators=(",", ":")).encode()).decode()
         log.debug("admitted %s/%s with %d patch operation(s)", metadata(pod).get("namespace"),
                   metadata(pod).get("name"), len(ops))
-        return out
+        return out, "mutated" if ops else "unchanged"
 
-    def _update(self, request: Mapping[str, Any]) -> dict[str, Any]:
+    def _update(self, request: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
         """Allow as sent, or deny: an UPDATE is never patched (the pod already exists; its spec is not ours to
         default again). No engine state is read, so the engine lock is not taken."""
         new = _annotations(request.get("object"), "request.object")
         if isinstance(new, str):
-            return _bad(new)
+            return _bad(new), "bad_request"
         old = _annotations(request.get("oldObject"), "request.oldObject")
         if isinstance(old, str):
-            return _bad(f"{old} (an UPDATE review carries the pod before the change)")
+            return _bad(f"{old} (an UPDATE review carries the pod before the change)"), "bad_request"
         key = changed_owned(old, new, self.owned)
         if key is None:
-            return {"allowed": True, "status": {"code": 200}}
+            return {"allowed": True, "status": {"code": 200}}, "unchanged"
         pod: Mapping[str, Any] = request["object"]
         ref = _ref(pod, request)
         if self.trusted.trusts(request.get("userInfo")):
             log.debug("allowed UPDATE of %s on pod %s by %s", key, ref, _username(request))
-            return {"allowed": True, "status": {"code": 200}}
+            return {"allowed": True, "status": {"code": 200}}, "trusted_update"
         user = _username(request)
         sub = request.get("subResource")
         what = f"UPDATE of pods/{sub}" if isinstance(sub, str) and sub else "UPDATE"
@@ -240,4 +264,4 @@ class Webhook:
                     what, ref, user, key, self.trusted.describe())
         return _forbidden(f"pod {ref}: annotation {key} is written by the HAMi scheduler and device plugin and "
                           f"cannot be changed by {user} (only the identities of hami scheduler "
-                          "--trusted-identities may)")
+                          "--trusted-identities may)"), "owned_annotation"

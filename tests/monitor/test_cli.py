@@ -47,7 +47,7 @@ def test_hami_monitor_serves_and_stops(root: Path, tmp_path: Path) -> None:
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=20)
     assert proc.returncode == 0, err
-    assert "hami monitor serving" in err
+    assert "INFO hami.monitor: hami monitor serving" in err  # INFO at the default level, not a warning
 
 
 def test_source_flags_are_exclusive(capsys) -> None:
