@@ -1,4 +1,4 @@
-"""Device-aware victim choice (hami_core.engine.preempt): fewest, lowest-priority victims, judged by the engine's fit."""
+"""Device-aware victim choice (hami_core.engine.preempt): fewest, lowest-priority victims, by the engine's fit."""
 
 from __future__ import annotations
 
