@@ -55,6 +55,7 @@ from hami_core.scheduler.inflight import DEFAULT_INFLIGHT_LIMIT, InFlight
 from hami_core.scheduler.nodelock import DEFAULT_RETRY_TIMEOUT_S, DEFAULT_TIMEOUT_S, LockContention, NodeLocker, retry
 from hami_core.scheduler.podgate import MAX_PASSED, PodGate
 from hami_core.scheduler.podview import PodView
+from hami_core.scheduler.reqmetrics import BIND_REASONS, RequestMetrics
 from hami_core.scheduler.requeue import DEFAULT_NUDGE_INTERVAL_S, RequeueNudger
 from hami_core.scheduler.writes import (
     DECISION_TTL_S,
@@ -196,6 +197,10 @@ class Extender:
         #: ``--requeue-nudge``: after a release, make kube-scheduler retry the pods this filter refused
         #: (None: off); its writer thread is started by the scheduler app
         self.nudger = RequeueNudger(cluster, min_interval_s=requeue_nudge_s) if requeue_nudge_s > 0 else None
+        #: ``--filter-reasons``: keep a refused pod's per-node reasons on it (hami.io/filter-reasons; None: off); its
+        #: writer thread is started by the scheduler app (:mod:`.reasons`)
+        #: what filters and binds did (the scheduler app shares one with its webhook and serves it on /metrics)
+        self.metrics = RequestMetrics()
 
     @property
     def decided(self) -> OrderedDict[tuple[str, str], Unwritten] | None:
@@ -427,6 +432,7 @@ class Extender:
             self.event(pod, WARNING, BINDING_FAILED, text)
             return {"Error": text}, _bind_failure(exc)
         self.writes.bound(ref)
+        if self.reasons is not None:
         try:
             self.engine.pod_bound(bound, node)
         except Exception:
@@ -535,6 +541,7 @@ class Extender:
         with self.lock:
             self.gate.deleted(ref, uid)
             self.writes.deleted(ref, uid)
+        if self.reasons is not None:
 
     def _nudge(self, event: str, pod: Mapping[str, Any]) -> None:
         """Feed the requeue nudger: a pod bound or gone waits for nothing; a pod that held devices and is gone or

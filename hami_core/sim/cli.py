@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from dataclasses import replace
@@ -13,7 +14,14 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from hami_core.engine.config import EngineConfig, SchedulerConfig, load_config
@@ -21,7 +29,15 @@ from hami_core.engine.facade import Engine
 from hami_core.plugins.helpers import pydantic_error
 from hami_core.plugins.manager import get_plugin_manager
 from hami_core.sim import openb
-from hami_core.sim.experiment import Experiment, Policy, PolicyError, parse_seeds, resolve_policies, sim_pods
+from hami_core.sim.experiment import (
+    MAX_RUNS,
+    Experiment,
+    Policy,
+    PolicyError,
+    parse_seeds,
+    resolve_policies,
+    sim_pods,
+)
 from hami_core.sim.loader import InputError, bundled, load_file
 from hami_core.sim.mix import MIX_SOURCES, write_mix
 from hami_core.sim.replay import CPU_POD_PLACEMENTS
@@ -41,6 +57,29 @@ PAPER = {
                   "Best-fit": 80.39, "FGD": 87.84},
 }
 DETAIL_LIMIT = 300
+#: Largest ``--inflate`` without ``--force``: the task list grows with it (x100 of a trace is a million pods).
+MAX_INFLATE = 100.0
+
+
+def _cpus() -> int:
+    """CPUs this process may run on (a container's cpuset, not the host's count)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _check_numbers(args: argparse.Namespace) -> None:
+    """Refuse out-of-range numbers before any input is read, each in one line naming its flag."""
+    if not math.isfinite(args.inflate) or args.inflate <= 0:
+        raise PolicyError(f"--inflate: must be a positive number, got {args.inflate:g}")
+    if args.inflate > MAX_INFLATE and not args.force:
+        raise PolicyError(f"--inflate {args.inflate:g}: more than {MAX_INFLATE:g} times the capacity "
+                          "(--force allows it)")
+    if args.split_count < 1:
+        raise PolicyError(f"--split-count: must be at least 1, got {args.split_count}")
+    if args.jobs is not None and args.jobs < 1:
+        raise PolicyError(f"--jobs: must be at least 1, got {args.jobs}")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -98,6 +137,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="write the workload's mix as a scheduler.fgd.workload config (what --fgd-mix trace gives "
                           "fgd): from a cluster's past pods, a fixed mix for its scheduler")
     out.add_argument("--no-progress", action="store_true", help="no progress bar")
+    run.add_argument("--jobs", type=int, metavar="N",
+                     help="runs (policies x seeds) at a time, one process each (default: the CPUs this process may "
+                          "use; 1 runs them in this process). The results are those of the serial run")
+    run.add_argument("--force", action="store_true",
+                     help=f"allow more than {MAX_RUNS} runs and --inflate above {MAX_INFLATE:g}")
 
 
 def _config(args: argparse.Namespace) -> EngineConfig:
@@ -181,6 +225,7 @@ def _check_outputs(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    _check_numbers(args)
     _check_outputs(args)
     config = _config(args)
     plugins = get_plugin_manager(blocked=config.blocked_plugins)
@@ -200,7 +245,11 @@ def run(args: argparse.Namespace) -> int:
         raise PolicyError(f"--protocol {args.protocol} applies to --mode openb (arrival order draws nothing)")
     seeds = None
     if mode == "openb":
-        seeds = parse_seeds(args.seeds) if args.seeds else [args.seed if args.seed is not None else 42]
+        seeds = (parse_seeds(args.seeds, **({} if args.force else {"limit": MAX_RUNS})) if args.seeds
+                 else [args.seed if args.seed is not None else 42])
+        if len(seeds) * len(policies) > MAX_RUNS and not args.force:
+            raise PolicyError(f"--seeds {args.seeds} x --policy: {len(seeds) * len(policies)} runs, more than "
+                              f"{MAX_RUNS} (--force allows more)")
     config, nodes, quotas, tasks, inputs = _inputs(args, config, plugins)
     inputs.update(mode=mode, seeds=seeds, inflate=args.inflate if mode == "openb" else None,
                   policies=[p.label for p in policies], fgd_mix=args.fgd_mix, cpu_pods=args.cpu_pods,
@@ -214,18 +263,17 @@ def run(args: argparse.Namespace) -> int:
     console = Console(width=None if sys.stdout.isatty() else 140)
     err = Console(stderr=True)
     show_progress = not args.no_progress and not args.json and err.is_terminal
-    if show_progress:
-        progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+    jobs = args.jobs if args.jobs is not None else _cpus()
+    if show_progress:  # one bar for the whole experiment, in runs: k of n done, the time left
+        total = len(experiment.plan())
+        progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                            TextColumn("runs"), TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn(),
                             console=err, transient=True)
         with progress:
-            bar = progress.add_task("placing", total=None)
-
-            def started(policy: Policy, seed: int | None, n: int) -> None:
-                progress.reset(bar, total=n, description=f"{policy.label}" + (f" seed {seed}" if seed else ""))
-
-            runs = experiment.run(progress=lambda k: progress.advance(bar, k), on_start=started)
+            bar = progress.add_task(f"simulating ({min(jobs, total)} at a time)", total=total)
+            runs = experiment.run(progress=lambda share: progress.advance(bar, share), jobs=jobs)
     else:
-        runs = experiment.run()
+        runs = experiment.run(jobs=jobs)
     report = report_json(runs, policies, inputs)
     if single and runs[0].engine is not None:
         report["nodes"] = usage_json(runs[0].engine)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import random
 import re
 import statistics
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, replace
+from queue import Empty
 from typing import Any
 
 from hami_core.engine.config import EngineConfig, SchedulerConfig
@@ -71,15 +74,27 @@ def resolve_policies(spec: str, engine: Engine) -> list[Policy]:
     return out
 
 
-def parse_seeds(text: str) -> list[int]:
-    """``42`` → [42]; ``42-51`` → [42..51]; ``1,5,9`` → [1, 5, 9]."""
-    seeds: list[int] = []
+#: Runs (policies x seeds) an experiment may have without ``--force``: past it a seed range is most likely a typo
+#: (``42-5100`` for ``42-51``) that would run for days.
+MAX_RUNS = 1000
+#: Seeds a ``--seeds`` spec may name even with ``--force``: the list is built in memory before anything runs.
+MAX_SEEDS = 100_000
+
+
+def parse_seeds(text: str, *, limit: int = MAX_SEEDS) -> list[int]:
+    """``42`` → [42]; ``42-51`` → [42..51]; ``1,5,9`` → [1, 5, 9]. More than ``limit`` seeds is an error, found
+    before the list is built (``0-999999999999`` must not exhaust memory)."""
+    ranges: list[tuple[int, int]] = []
     for part in (p.strip() for p in text.split(",")):
         m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
         if not m or (m.group(2) is not None and int(m.group(2)) < int(m.group(1))):
             raise PolicyError(f"--seeds: expected N, N-M or a comma list of non-negative integers, got {text!r}")
-        seeds.extend(range(int(m.group(1)), int(m.group(2) or m.group(1)) + 1))
-    return seeds
+        ranges.append((int(m.group(1)), int(m.group(2) or m.group(1))))
+    count = sum(hi - lo + 1 for lo, hi in ranges)
+    if count > limit:
+        raise PolicyError(f"--seeds {text}: {count} seeds, more than {limit}" + (
+            " (--force allows more)" if limit < MAX_SEEDS else ""))
+    return [seed for lo, hi in ranges for seed in range(lo, hi + 1)]
 
 
 def sim_pods(engine: Engine, pods: Sequence[Mapping[str, Any]]) -> list[SimPod]:
@@ -162,23 +177,113 @@ class Experiment:
             return self.nodes
         return node_order(self.nodes, seed)
 
-    def run(self, progress: Callable[[int], None] | None = None,
-            on_start: Callable[[Policy, int | None, int], None] | None = None) -> list[RunResult]:
-        results = []
-        task_lists: dict[int | None, list[SimPod]] = {}
+    def plan(self) -> list[tuple[Policy, int | None]]:
+        """The runs, in report order: every policy for the first seed, then for the next."""
+        return [(policy, seed) for seed in (self.seeds if self.seeds is not None else [None])
+                for policy in self.policies]
+
+    def run_one(self, policy: Policy, seed: int | None, mix: Sequence[Mapping[str, Any]] = (),
+                progress: Callable[[float], None] | None = None,
+                task_lists: dict[int | None, list[SimPod]] | None = None) -> RunResult:
+        """One run; ``progress`` gets the share of this run done since its last call (0..1 in total);
+        ``task_lists`` caches each seed's task list across the policies of a serial experiment."""
+        replay = Replay(self.engine(policy, mix), self.nodes_for(seed), policy=policy.label, seed=seed,
+                        keep_placements=self.keep_placements, cpu_pods=self.cpu_pods)
+        cache = task_lists if task_lists is not None else {}
+        if seed not in cache:
+            cache[seed] = self.task_list(seed, replay.result.capacity_milli)
+        tasks = cache[seed]
+        replay.use_workload(workload_classes(tasks))
+        tick = None
+        if progress is not None:
+            n = max(len(tasks), 1)
+
+            def tick(k: int) -> None:
+                progress(k / n)
+        result = replay.run(tasks, tick)
+        return result
+
+    def run(self, progress: Callable[[float], None] | None = None, *, jobs: int = 1,
+            on_done: Callable[[int, int], None] | None = None) -> list[RunResult]:
+        """Every run of :meth:`plan`, in that order, ``jobs`` at a time.
+
+        ``progress`` gets shares of runs as they advance (the whole experiment is ``len(plan())``), ``on_done``
+        (runs done, runs in all) after each run. With ``jobs`` > 1 each run goes to its own process (spawned, so
+        the same on every platform); the workers build the installed plugins from their entry points, as
+        ``hami simulate`` does, since a plugin manager does not travel between processes. A run draws everything
+        from its seed, so the results are those of the serial experiment (timings aside).
+        """
+        plan = self.plan()
         mix = self.given_mix()
-        for seed in (self.seeds if self.seeds is not None else [None]):
-            for policy in self.policies:
-                replay = Replay(self.engine(policy, mix), self.nodes_for(seed), policy=policy.label, seed=seed,
-                                keep_placements=self.keep_placements, cpu_pods=self.cpu_pods)
-                if seed not in task_lists:
-                    task_lists[seed] = self.task_list(seed, replay.result.capacity_milli)
-                tasks = task_lists[seed]
-                replay.use_workload(workload_classes(tasks))
-                if on_start is not None:
-                    on_start(policy, seed, len(tasks))
-                results.append(replay.run(tasks, progress))
-        return results
+        if jobs <= 1 or len(plan) <= 1 or self.keep_placements:  # placements hold the engine: in-process only
+            task_lists: dict[int | None, list[SimPod]] = {}
+            results = []
+            for k, (policy, seed) in enumerate(plan, 1):
+                results.append(self.run_one(policy, seed, mix, progress, task_lists))
+                if on_done is not None:
+                    on_done(k, len(plan))
+            return results
+        return _run_parallel(replace(self, plugins=None), plan, mix, min(jobs, len(plan)), progress, on_done)
+
+
+#: The experiment a worker process runs (set once per worker by :func:`_init_worker`).
+_WORKER: dict[str, Any] = {}
+
+
+def _init_worker(experiment: Experiment, mix: Sequence[Mapping[str, Any]], queue: Any) -> None:
+    from hami_core.plugins.manager import get_plugin_manager
+
+    _WORKER.update(experiment=replace(experiment, plugins=get_plugin_manager()), mix=mix, queue=queue)
+
+
+def _run_item(index: int, policy: Policy, seed: int | None) -> RunResult:
+    queue = _WORKER["queue"]
+
+    def report(share: float) -> None:
+        queue.put((index, share))
+
+    return _WORKER["experiment"].run_one(policy, seed, _WORKER["mix"], report if queue is not None else None)
+
+
+def _run_parallel(experiment: Experiment, plan: Sequence[tuple[Policy, int | None]], mix: Sequence[Mapping[str, Any]],
+                  jobs: int, progress: Callable[[float], None] | None,
+                  on_done: Callable[[int, int], None] | None) -> list[RunResult]:
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue() if progress is not None else None
+    results: list[RunResult | None] = [None] * len(plan)
+    shown = [0.0] * len(plan)  # share of each run the bar has been given
+
+    def drain() -> None:
+        while queue is not None and progress is not None:
+            try:
+                index, share = queue.get_nowait()
+            except Empty:
+                return
+            if results[index] is None:  # a report that arrives after its run's result is already counted
+                shown[index] += share
+                progress(share)
+
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_init_worker,
+                             initargs=(experiment, mix, queue)) as pool:
+        pending = {pool.submit(_run_item, i, policy, seed): i for i, (policy, seed) in enumerate(plan)}
+        done_count = 0
+        try:
+            while pending:
+                finished, _ = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+                drain()
+                for future in finished:
+                    index = pending.pop(future)
+                    results[index] = future.result()
+                    if progress is not None:  # the rest of its share, whatever reports are still in the queue
+                        progress(max(1.0 - shown[index], 0.0))
+                    done_count += 1
+                    if on_done is not None:
+                        on_done(done_count, len(plan))
+        except BaseException:  # an error or Ctrl-C: do not start the runs still queued
+            for future in pending:
+                future.cancel()
+            raise
+    return [r for r in results if r is not None]
 
 
 def _stats(values: Sequence[float]) -> dict[str, float]:
