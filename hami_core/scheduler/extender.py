@@ -197,8 +197,6 @@ class Extender:
         #: ``--requeue-nudge``: after a release, make kube-scheduler retry the pods this filter refused
         #: (None: off); its writer thread is started by the scheduler app
         self.nudger = RequeueNudger(cluster, min_interval_s=requeue_nudge_s) if requeue_nudge_s > 0 else None
-        #: ``--filter-reasons``: keep a refused pod's per-node reasons on it (hami.io/filter-reasons; None: off); its
-        #: writer thread is started by the scheduler app (:mod:`.reasons`)
         #: what filters and binds did (the scheduler app shares one with its webhook and serves it on /metrics)
         self.metrics = RequestMetrics()
 
@@ -432,7 +430,6 @@ class Extender:
             self.event(pod, WARNING, BINDING_FAILED, text)
             return {"Error": text}, _bind_failure(exc)
         self.writes.bound(ref)
-        if self.reasons is not None:
         try:
             self.engine.pod_bound(bound, node)
         except Exception:
@@ -541,7 +538,6 @@ class Extender:
         with self.lock:
             self.gate.deleted(ref, uid)
             self.writes.deleted(ref, uid)
-        if self.reasons is not None:
 
     def _nudge(self, event: str, pod: Mapping[str, Any]) -> None:
         """Feed the requeue nudger: a pod bound or gone waits for nothing; a pod that held devices and is gone or
