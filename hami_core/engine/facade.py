@@ -35,6 +35,7 @@ from hami_core.engine.quota import QuotaUsage
 from hami_core.engine.state import ClusterState, NodeStatus
 from hami_core.engine.workload import PodObservers
 from hami_core.plugins.errors import ConfigError, HamiError, PluginError
+from hami_core.plugins.objects import pod_key
 from hami_core.plugins.types import ContainerRequests, LockSpec, PolicyInfo
 
 log = logging.getLogger("hami.engine")
@@ -64,6 +65,8 @@ class Engine:
         self.state = ClusterState(config, plugins, clock)
         self.plugins = plugins
         self.clock = clock
+        # preemption holds: pod key → (node, devices, init count) booked for a preemptor (see hold())
+        self._holds: dict[str, tuple[str, Any, int]] = {}
         self.backends = self.state.backends
         #: ``plugins.hook`` with each backend's hooks routed to that backend alone
         self.hook = self.state.hook
@@ -148,8 +151,33 @@ class Engine:
         self.state.upsert_pod(pod)
 
     def remove_pod(self, pod: Mapping[str, Any]) -> None:
-        """Release everything the pod holds (deleted or finished)."""
+        """Release everything the pod holds (deleted or finished), its preemption hold included."""
+        self._holds.pop(pod_key(pod), None)
         self.state.remove_pod(pod)
+
+    # ------------------------------------------------------------------------------- preemption holds
+    def hold(self, pod: Mapping[str, Any], decision: Decision) -> None:
+        """Reserve ``decision`` for a preemptor while its victims terminate: booked like :meth:`reserve` (on top of
+        the victims' usage, so that nobody else can take what they free), and kept across :meth:`refilter` calls
+        that find no room yet, until the pod is placed, removed, or :meth:`release_hold` is called."""
+        self.reserve(pod, decision)
+        requests = decision.requests
+        self._holds[pod_key(pod)] = (decision.node or "", decision.devices,
+                                     requests.init_count if requests is not None else 0)
+
+    def held_node(self, pod: Mapping[str, Any]) -> str | None:
+        """The node holding room for ``pod`` (a preemptor), or ``None``."""
+        held = self._holds.get(pod_key(pod))
+        return held[0] if held is not None else None
+
+    def holds(self) -> dict[str, str]:
+        """Every preemption hold: pod key → node."""
+        return {key: node for key, (node, _, _) in self._holds.items()}
+
+    def release_hold(self, pod: Mapping[str, Any]) -> None:
+        """Drop the pod's preemption hold and its booking (idempotent; a pod without a hold is left alone)."""
+        if self._holds.pop(pod_key(pod), None) is not None:
+            self.state.unbook(pod)
 
     # ------------------------------------------------------------------------------- quota
     def upsert_quota(self, quota: Mapping[str, Any]) -> None:
@@ -247,8 +275,13 @@ class Engine:
                 decision = first if first.ok else None
         if decision is None:
             decision = self.planner.schedule(plan, node_names, limit)
+        held = self._holds.get(pod_key(pod))
         if decision.ok:
+            self._holds.pop(pod_key(pod), None)  # placed: the reservation replaces the hold
             self.reserve(pod, decision)
+        elif held is not None:  # the victims have not gone yet: the room stays the preemptor's
+            node, devices, init_count = held
+            self.state.book(pod, node, devices, init_count)
         return decision
 
     def simulate(self, pod: Mapping[str, Any], nodes: Iterable[Mapping[str, Any]], *,

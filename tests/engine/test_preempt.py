@@ -153,3 +153,43 @@ def test_victims_are_a_smallest_helping_set_of_lower_priority_pods(make_engine, 
         assert all(v.priority < prio for v in choice.victims)
         assert len(choice.victims) == min(len(s) for s in helping)
         assert _fits(engine, vip, "n1", [v.key for v in choice.victims])
+
+
+# ------------------------------------------------------------------------------------ holds
+def test_a_hold_keeps_the_room_for_the_preemptor_until_the_victims_go(engine) -> None:
+    pods = [placed("a", "dev0", 8000, 1), placed("b", "dev1", 8000, 1)]
+    candidates = setup(engine, pods)
+    vip = preemptor(8000)
+    choice = choose_victims(engine, vip, "n1", candidates)
+    [victim] = choice.victims
+    from hami_core.engine.preempt import _without
+    with _without(engine, [victim.key]):
+        decision = engine.schedule(vip, ["n1"])
+    assert decision.ok
+
+    engine.hold(vip, decision)
+    assert engine.held_node(vip) == "n1"
+    assert engine.holds() == {"uid-vip": "n1"}
+
+    # The victim is terminating, not gone: the preemptor does not fit yet, and its hold stays booked.
+    assert not engine.refilter(vip, ["n1"]).ok
+    assert engine.held_node(vip) == "n1"
+    # A lower-priority pod filtered meanwhile cannot take the card the victim frees.
+    engine.remove_pod(next(p for p in pods if p["metadata"]["name"] == victim.ref.split("/")[1]))
+    late = make_pod("late", acme(1, 8000))
+    assert not engine.refilter(late, ["n1"]).ok
+    # The preemptor now fits; its reservation replaces the hold.
+    assert engine.refilter(vip, ["n1"]).ok
+    assert engine.held_node(vip) is None
+
+
+def test_releasing_a_hold_frees_its_booking(engine) -> None:
+    setup(engine, [placed("a", "dev0", 8000, 1)])
+    vip = preemptor(8000)
+    decision = engine.schedule(vip, ["n1"])
+    engine.hold(vip, decision)
+    assert not engine.schedule(make_pod("other", acme(1, 8000)), ["n1"]).ok
+    engine.release_hold(vip)
+    assert engine.held_node(vip) is None
+    assert engine.schedule(make_pod("other", acme(1, 8000)), ["n1"]).ok
+    engine.release_hold(vip)  # idempotent
