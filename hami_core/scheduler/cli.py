@@ -104,8 +104,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "retried them before hami saw the release); at most one write per SECONDS "
                              "(default: 1; 0: never, the pods then wait for the next cluster event or "
                              "kube-scheduler's 5-minute flush)")
-                        help="when a filter finds no node for a pod, write the per-node reasons on the pod "
-                             "when the pod binds; hami explain shows it) (default: on)")
     parser.add_argument("--normal-events", action=argparse.BooleanOptionalAction, default=True,
                         help="post HAMi's Normal events FilteringSucceed and BindingSucceed for every pod, two API "
                              "writes a pod (default: on, as HAMi; Warning events are always posted)")

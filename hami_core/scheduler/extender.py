@@ -263,12 +263,12 @@ class Extender:
                 self.writes.reserved(pod, decision)
         if decision.error:
             self.event(pod, WARNING, FILTERING_FAILED, decision.error)
-            return filter_result(error=decision.error)
+            return filter_result(error=decision.error), "decision_error"
         if not decision.ok:
             self._filtering_failed(pod, decision.failed, len(names))
             if self.nudger is not None:
                 self.nudger.refused(pod_key(pod))
-            return filter_result(failed=decision.failed)
+            return filter_result(failed=decision.failed), "no_fit"
         text = self.writes.after_filter(pod, decision, requests)
         if text:
             return filter_result(error=text), "write_failed"
