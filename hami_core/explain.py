@@ -161,7 +161,7 @@ def print_explanation(explanation: Any, *, output: str = "table", max_nodes: int
         return
     from rich.console import Console
 
-    console = Console(file=out, width=None if out.isatty() else 160)
+    console = Console(file=out, width=None if out.isatty() else 200)
     for line in _summary(explanation):
         console.print(line, highlight=False, markup=False)
     if explanation.error:
@@ -250,7 +250,7 @@ def _device_table(node: Any, r: Any) -> Any:
     table.add_column("verdict")
     for name, _ in CHECKS:
         table.add_column(name, justify="center")
-    table.add_column("failed check: what it saw", overflow="fold")
+    table.add_column("failed check: what it saw", overflow="fold", min_width=40)
     for d in r.devices:
         failing = next((c for c in d.checks if c.status == "fail"), None)
         table.add_row(f"{d.index} {d.id}", d.type, "picked" if d.chosen else ("fits" if d.fits else "fails"),

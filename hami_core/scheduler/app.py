@@ -50,6 +50,8 @@ class Options:
     inflight_limit: int = DEFAULT_INFLIGHT_LIMIT
     #: ``--requeue-nudge``: the least seconds between two requeue nudges (0: never nudge; :mod:`.requeue`)
     requeue_nudge_s: float = DEFAULT_NUDGE_INTERVAL_S
+    #: ``--filter-reasons``: keep a refused pod's per-node reasons on it (``hami.io/filter-reasons``; :mod:`.reasons`)
+    filter_reasons: bool = True
     #: ``--normal-events``: HAMi's FilteringSucceed / BindingSucceed for every pod (Warning events always)
     normal_events: bool = True
     resync_s: float = DEFAULT_INTERVAL_S
@@ -112,6 +114,7 @@ class Scheduler:
                                  inflight_limit=self.options.inflight_limit,
                                  normal_events=self.options.normal_events,
                                  requeue_nudge_s=self.options.requeue_nudge_s,
+                                 filter_reasons=self.options.filter_reasons,
                                  engine_lock=self.lock,
                                  ready=self.sync.wait_synced, sync_wait_s=self.options.sync_wait_s)
         # binds waiting for a locked node wake on its watch events (the poll is only a fallback then), and a
@@ -171,6 +174,8 @@ class Scheduler:
                                          extender=self.extender, requests=self.request_metrics)
         if self.extender.nudger is not None:
             self.extender.nudger.start()
+        if self.extender.reasons is not None:
+            self.extender.reasons.start()
         for server in self.servers:
             server.start()
 
@@ -184,6 +189,8 @@ class Scheduler:
         self.sync.stop()
         if self.extender.nudger is not None:
             self.extender.nudger.stop()
+        if self.extender.reasons is not None:
+            self.extender.reasons.stop()
         try:
             self.cluster.close()
         except Exception as exc:

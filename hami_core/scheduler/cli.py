@@ -104,6 +104,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "retried them before hami saw the release); at most one write per SECONDS "
                              "(default: 1; 0: never, the pods then wait for the next cluster event or "
                              "kube-scheduler's 5-minute flush)")
+    parser.add_argument("--filter-reasons", action=argparse.BooleanOptionalAction, default=True,
+                        help="when a filter finds no node for a pod, write the per-node reasons on the pod "
+                             "(annotation hami.io/filter-reasons, bounded, written only when they change, removed "
+                             "when the pod binds; hami explain shows it) (default: on)")
     parser.add_argument("--normal-events", action=argparse.BooleanOptionalAction, default=True,
                         help="post HAMi's Normal events FilteringSucceed and BindingSucceed for every pod, two API "
                              "writes a pod (default: on, as HAMi; Warning events are always posted)")
@@ -190,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
                       lock_retry_timeout_s=args.node_lock_retry_timeout, lock_wait_s=args.node_lock_wait,
                       write_allocation=args.write_allocation, resync_s=args.resync,
                       inflight_limit=args.node_inflight_limit, normal_events=args.normal_events,
-                      requeue_nudge_s=args.requeue_nudge,
+                      requeue_nudge_s=args.requeue_nudge, filter_reasons=args.filter_reasons,
                       http_server=args.http_server, webhook_host=webhook[0] if webhook else None,
                       webhook_port=webhook[1] if webhook else 0, client_ca_file=args.client_ca_file,
                       extender_token_file=args.extender_token_file, metrics_device_detail=args.metrics_device_detail,

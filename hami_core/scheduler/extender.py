@@ -55,6 +55,7 @@ from hami_core.scheduler.inflight import DEFAULT_INFLIGHT_LIMIT, InFlight
 from hami_core.scheduler.nodelock import DEFAULT_RETRY_TIMEOUT_S, DEFAULT_TIMEOUT_S, LockContention, NodeLocker, retry
 from hami_core.scheduler.podgate import MAX_PASSED, PodGate
 from hami_core.scheduler.podview import PodView
+from hami_core.scheduler.reasons import FilterReasons
 from hami_core.scheduler.reqmetrics import BIND_REASONS, RequestMetrics
 from hami_core.scheduler.requeue import DEFAULT_NUDGE_INTERVAL_S, RequeueNudger
 from hami_core.scheduler.writes import (
@@ -162,7 +163,7 @@ class Extender:
                  sleep: Callable[[float], None] | None = None, lock_wait: float = 0.0,
                  write_allocation: str = "filter", inflight_limit: int = DEFAULT_INFLIGHT_LIMIT,
                  normal_events: bool = True, pods: PodView | None = None,
-                 requeue_nudge_s: float = DEFAULT_NUDGE_INTERVAL_S) -> None:
+                 requeue_nudge_s: float = DEFAULT_NUDGE_INTERVAL_S, filter_reasons: bool = True) -> None:
         if write_allocation not in WRITES:
             raise ValueError(f"unknown allocation write {write_allocation!r}: choose one of "
                              f"{', '.join(WRITE_ALLOCATION)}")
@@ -197,6 +198,9 @@ class Extender:
         #: ``--requeue-nudge``: after a release, make kube-scheduler retry the pods this filter refused
         #: (None: off); its writer thread is started by the scheduler app
         self.nudger = RequeueNudger(cluster, min_interval_s=requeue_nudge_s) if requeue_nudge_s > 0 else None
+        #: ``--filter-reasons``: keep a refused pod's per-node reasons on it (hami.io/filter-reasons; None: off); its
+        #: writer thread is started by the scheduler app (:mod:`.reasons`)
+        self.reasons = FilterReasons(cluster, write=self.write) if filter_reasons else None
         #: what filters and binds did (the scheduler app shares one with its webhook and serves it on /metrics)
         self.metrics = RequestMetrics()
 
@@ -263,11 +267,15 @@ class Extender:
                 self.writes.reserved(pod, decision)
         if decision.error:
             self.event(pod, WARNING, FILTERING_FAILED, decision.error)
+            if self.reasons is not None:
+                self.reasons.refused(pod, {}, len(names), error=decision.error)
             return filter_result(error=decision.error), "decision_error"
         if not decision.ok:
             self._filtering_failed(pod, decision.failed, len(names))
             if self.nudger is not None:
                 self.nudger.refused(pod_key(pod))
+            if self.reasons is not None:
+                self.reasons.refused(pod, decision.failed, len(names))
             return filter_result(failed=decision.failed), "no_fit"
         text = self.writes.after_filter(pod, decision, requests)
         if text:
@@ -430,6 +438,8 @@ class Extender:
             self.event(pod, WARNING, BINDING_FAILED, text)
             return {"Error": text}, _bind_failure(exc)
         self.writes.bound(ref)
+        if self.reasons is not None:
+            self.reasons.bound(pod)
         try:
             self.engine.pod_bound(bound, node)
         except Exception:
@@ -538,6 +548,8 @@ class Extender:
         with self.lock:
             self.gate.deleted(ref, uid)
             self.writes.deleted(ref, uid)
+        if self.reasons is not None:
+            self.reasons.deleted(ref)
 
     def _nudge(self, event: str, pod: Mapping[str, Any]) -> None:
         """Feed the requeue nudger: a pod bound or gone waits for nothing; a pod that held devices and is gone or

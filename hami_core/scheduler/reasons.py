@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -59,6 +60,7 @@ class FilterReasons:
         self._written: OrderedDict[PodRef, str | None] = OrderedDict()
         self._stopped = False
         self._thread: threading.Thread | None = None
+        self._busy = 0  # flushes under way (the thread's, or inline ones)
         #: patches made (for tests and metrics)
         self.writes = 0
 
@@ -123,23 +125,44 @@ class FilterReasons:
         """Write everything pending now (the writer thread's work; tests and shutdown call it inline). Returns the
         patches made."""
         made = 0
-        while True:
+        with self._lock:
+            self._busy += 1
+        try:
+            while True:
+                with self._lock:
+                    if not self._pending:
+                        return made
+                    ref, item = self._pending.popitem(last=False)
+                    last = self._written.get(ref, _CLEAR)
+                made += self._write_one(ref, item, last)
+        finally:
             with self._lock:
-                if not self._pending:
-                    return made
-                ref, item = self._pending.popitem(last=False)
-                last = self._written.get(ref, _CLEAR)
-            if item is _CLEAR:
-                value: str | None = None
-                if last is None:
-                    continue
-            else:
-                carried, failed, total, error = item
-                value = summarize(failed, total, error=error)
-                if value == last or (last is _CLEAR and value == carried):
-                    continue  # the same refusal as the last one written: no API write per retry
-            if self._patch(ref, value):
-                made += 1
+                self._busy -= 1
+                self._wake.notify_all()
+
+    def wait_idle(self, timeout_s: float = 5.0) -> bool:
+        """Wait until nothing is pending or being written (tests, shutdown); False on timeout."""
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            while self._pending or self._busy:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._wake.wait(left)
+        return True
+
+    def _write_one(self, ref: PodRef, item: Any, last: Any) -> int:
+        """Patch one pending item when its value differs from the last one written (or carried); 1 if patched."""
+        if item is _CLEAR:
+            value: str | None = None
+            if last is None:
+                return 0
+        else:
+            carried, failed, total, error = item
+            value = summarize(failed, total, error=error)
+            if value == last or (last is _CLEAR and value == carried):
+                return 0  # the same refusal as the last one written: no API write per retry
+        return 1 if self._patch(ref, value) else 0
 
     def _patch(self, ref: PodRef, value: str | None) -> bool:
         namespace, name = ref
