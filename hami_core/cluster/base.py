@@ -65,6 +65,19 @@ class Cluster(Protocol):
         """Record a Kubernetes Event about ``obj`` (``Normal`` or ``Warning``); never raises."""
         ...
 
+    def delete_pod(self, namespace: str, name: str, uid: str) -> None:
+        """Delete a Pod (its own grace period), only if it still has ``uid`` (a precondition: a pod re-created under
+        the same name is left alone, :class:`ConflictError`); raises :class:`NotFoundError`. Preemption's eviction."""
+        ...
+
+    def patch_pod_status(self, namespace: str, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
+        """Merge-patch a Pod's ``status`` subresource (``status.nominatedNodeName``); raises :class:`NotFoundError`."""
+        ...
+
+    def list_pod_disruption_budgets(self) -> list[dict[str, Any]]:
+        """Every PodDisruptionBudget (policy/v1) in every namespace: preemption counts the ones a victim breaks."""
+        ...
+
     def watch(self, on_node: WatchHandler, on_pod: WatchHandler) -> None:
         """Deliver every current Node and Pod as ``ADDED``, then changes as they happen, until :meth:`close`."""
         ...

@@ -157,6 +157,7 @@ class KubeCluster:
             api_client = client.ApiClient(configuration)
         self.api_client = api_client
         self.core = client.CoreV1Api(api_client)
+        self.policy = client.PolicyV1Api(api_client)
         self.component = component
         self.limiter = TokenBucket(qps, burst)
         # Events go out from their own thread with their own bucket (kube-scheduler gives its event client a
@@ -239,6 +240,26 @@ class KubeCluster:
         """Merge-patch a Pod (annotations, labels); raises :class:`NotFoundError`."""
         return self._typed(self._call(f"patch pod {namespace}/{name}", self.core.patch_namespaced_pod, name,
                                       namespace, dict(patch), _content_type=MERGE_PATCH), "Pod")
+
+    def delete_pod(self, namespace: str, name: str, uid: str) -> None:
+        """Delete a Pod with a UID precondition (the pod's own grace period, as kube-scheduler's preemption)."""
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
+        self._call(f"delete pod {namespace}/{name}", self.core.delete_namespaced_pod, name, namespace, body=body)
+
+    def patch_pod_status(self, namespace: str, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
+        """Merge-patch the ``pods/status`` subresource."""
+        return self._typed(self._call(f"patch pod {namespace}/{name} status", self.core.patch_namespaced_pod_status,
+                                      name, namespace, dict(patch), _content_type=MERGE_PATCH), "Pod")
+
+    def list_pod_disruption_budgets(self) -> list[dict[str, Any]]:
+        """Every PodDisruptionBudget (policy/v1)."""
+        body = self._call("list poddisruptionbudgets", self.policy.list_pod_disruption_budget_for_all_namespaces)
+        out = []
+        for item in body.get("items") or []:
+            item.setdefault("kind", "PodDisruptionBudget")
+            item.setdefault("apiVersion", "policy/v1")
+            out.append(item)
+        return out
 
     def bind(self, namespace: str, name: str, uid: str, node: str,
              annotations: Mapping[str, str] | None = None) -> None:

@@ -64,6 +64,8 @@ class MemoryCluster:
         self._watchers: list[tuple[WatchHandler, WatchHandler]] = []
         #: (namespace, name) → ResourceQuota
         self.quotas: dict[tuple[str, str], dict[str, Any]] = {}
+        #: PodDisruptionBudgets (policy/v1), as tests add them
+        self.pdbs: list[dict[str, Any]] = []
         self._quota_watchers: list[WatchHandler] = []
         for node in nodes:
             self.add_node(node)
@@ -121,11 +123,16 @@ class MemoryCluster:
             self._notify("Pod", event, obj)
         return clone(obj)
 
-    def delete_pod(self, namespace: str, name: str) -> None:
+    def delete_pod(self, namespace: str, name: str, uid: str = "") -> None:
+        """Delete at once (no grace period here); with ``uid``, only while the pod still has it (a precondition)."""
         with self._lock:
-            obj = self.pods.pop((namespace, name), None)
-            if obj is None:
+            current = self.pods.get((namespace, name))
+            if current is None:
                 raise NotFoundError(f"pods {namespace}/{name} not found")
+            if uid and current["metadata"].get("uid") != uid:
+                raise ConflictError(f"pod {namespace}/{name}: Precondition failed: UID in precondition: {uid}, "
+                                    f"UID in object meta: {current['metadata'].get('uid')}")
+            obj = self.pods.pop((namespace, name))
             self._reindex((namespace, name), obj, None)
             self._notify("Pod", "DELETED", obj)
 
@@ -236,6 +243,14 @@ class MemoryCluster:
             if annotations:
                 patch["metadata"] = {"annotations": dict(annotations)}
             self._patch("Pod", self.pods, (namespace, name), patch)
+
+    def patch_pod_status(self, namespace: str, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
+        status = patch.get("status")
+        return self._patch("Pod", self.pods, (namespace, name), {"status": dict(status)} if status else {})
+
+    def list_pod_disruption_budgets(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [clone(p) for p in self.pdbs]
 
     def event(self, obj: Mapping[str, Any], event_type: str, reason: str, message: str) -> None:
         meta = obj.get("metadata") or {}

@@ -59,10 +59,11 @@ RESOURCES: dict[str, tuple[str, str, bool]] = {
     "events": ("v1", "Event", True),
     "resourcequotas": ("v1", "ResourceQuota", True),
     "leases": ("coordination.k8s.io/v1", "Lease", True),
+    "poddisruptionbudgets": ("policy/v1", "PodDisruptionBudget", True),
 }
 
 _PATH = re.compile(
-    r"^/(?:api/v1|apis/coordination\.k8s\.io/v1)"
+    r"^/(?:api/v1|apis/coordination\.k8s\.io/v1|apis/policy/v1)"
     r"(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>[a-z]+)(?:/(?P<name>[^/]+))?(?:/(?P<sub>[a-z]+))?/?$"
 )
 
@@ -427,7 +428,7 @@ class _Handler(BaseHTTPRequestHandler):
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
         self.api.requests.append((method, url.path, self.headers.get("Content-Type", "")))
         m = _PATH.match(url.path)
-        raw = self._read_raw() if method in ("POST", "PUT", "PATCH") else b""
+        raw = self._read_raw() if method in ("POST", "PUT", "PATCH", "DELETE") else b""
         watching = query.get("watch") in ("true", "1")
         fault = None if watching else self.api._take_fault(method, url.path, raw)
         try:
@@ -438,7 +439,7 @@ class _Handler(BaseHTTPRequestHandler):
                                       f"injected fault: HTTP {fault.code} on {method} {url.path}"))
             if not m or m["plural"] not in RESOURCES:
                 raise ApiError(status(404, "NotFound", "the server could not find the requested resource"))
-            body = self._decode(raw) if method in ("POST", "PUT", "PATCH") else None
+            body = self._decode(raw) if method in ("POST", "PUT", "PATCH") or (method == "DELETE" and raw) else None
             result = self._handle(method, m["plural"], m["ns"] or "", m["name"], m["sub"], query, body)
             if result is None:  # a watch wrote its own response
                 return
@@ -479,6 +480,11 @@ class _Handler(BaseHTTPRequestHandler):
             if plural == "pods" and sub == "binding" and method == "POST" and name:
                 api.bind(ns, name, body or {})
                 return 201, status(201, "", "", name=name, kind="pods") | {"status": "Success"}
+            if plural == "pods" and sub == "status" and method == "PATCH" and name:
+                if not isinstance(body, dict):
+                    raise ApiError(status(400, "BadRequest", "a merge patch must be a JSON object"))
+                # the status subresource changes status alone, as kube-apiserver's StatusREST does
+                return 200, api.patch(plural, ns, name, {"status": body.get("status") or {}})
             raise ApiError(status(404, "NotFound", "the server could not find the requested resource"))
         if name is None:
             if method == "GET":
@@ -505,6 +511,13 @@ class _Handler(BaseHTTPRequestHandler):
         if method == "GET":
             return 200, api.get(plural, ns, name)
         if method == "DELETE":
+            uid = ((body or {}).get("preconditions") or {}).get("uid") if isinstance(body, dict) else None
+            if uid:
+                current = api.get(plural, ns, name)
+                if (current.get("metadata") or {}).get("uid") != uid:
+                    raise ApiError(status(409, "Conflict", f'Operation cannot be fulfilled on {plural} "{name}": '
+                                          f"Precondition failed: UID in precondition: {uid}, UID in object meta: "
+                                          f"{(current.get('metadata') or {}).get('uid')}", name=name, kind=plural))
             return 200, api.delete(plural, ns, name)
         if method == "PATCH":
             ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip()
