@@ -181,3 +181,11 @@ def host_requests(pod: Mapping[str, Any]) -> tuple[int, int]:
     app_sum = [sum(v) for v in zip(*(req(c) for c in app), strict=False)] or [0, 0]
     init_peak = [max(v) for v in zip(*(req(c) for c in init), strict=False)] or [0, 0]
     return max(app_sum[0], init_peak[0]), max(app_sum[1], init_peak[1])
+
+
+def pod_priority(pod: Mapping[str, Any]) -> int:
+    """``spec.priority`` (set by admission from the PriorityClass); 0 when absent or not an integer, as kube's
+    ``corev1helpers.PodPriority``."""
+    spec = pod.get("spec")
+    value = spec.get("priority") if isinstance(spec, Mapping) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0

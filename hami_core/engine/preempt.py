@@ -28,24 +28,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from hami_core.engine.ledger import Booking
+from hami_core.engine.pods import pod_priority
 from hami_core.plugins.objects import pod_key, pod_ref
 
 if TYPE_CHECKING:
     from hami_core.engine.facade import Engine
 
-__all__ = ["EXACT_LIMIT", "Candidate", "VictimChoice", "candidates_on", "choose_victims", "pod_priority",
-           "preemption_can_help"]
+__all__ = ["EXACT_LIMIT", "Candidate", "VictimChoice", "candidates_on", "choose_victims", "placed_candidates",
+           "pod_priority", "preemption_can_help"]
 
 #: Subsets of up to this many useful candidates are searched exhaustively (2**12 fits at worst, about a second).
 EXACT_LIMIT = 12
-
-
-def pod_priority(pod: Mapping[str, Any]) -> int:
-    """``spec.priority`` (set by admission from the PriorityClass); 0 when absent or not an integer, as kube's
-    ``corev1helpers.PodPriority``."""
-    spec = pod.get("spec")
-    value = spec.get("priority") if isinstance(spec, Mapping) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +74,18 @@ def candidates_on(engine: Engine, node: str, pods: Iterable[Mapping[str, Any]],
     """The pods of ``pods`` that hold a booking on ``node`` and have a priority below ``priority``."""
     booked = {b.key for b in engine.ledger.on_node(node)}
     return [c for c in (Candidate.of(p) for p in pods) if c.key in booked and c.priority < priority]
+
+
+def placed_candidates(engine: Engine, node: str, priority: int) -> list[Candidate]:
+    """The placed pods on ``node`` (allocation written, as the engine last saw them) of priority below ``priority``,
+    from the engine alone: no pod object needed (reservations of pods still being filtered are not candidates)."""
+    priorities = engine.state.priorities
+    out = []
+    for booking in engine.ledger.on_node(node):
+        prio = priorities.get(booking.key)
+        if prio is not None and prio < priority:
+            out.append(Candidate(booking.key, booking.pod, booking.key, prio))
+    return out
 
 
 def preemption_can_help(engine: Engine, pod: Mapping[str, Any], node: str, candidates: Sequence[Candidate]) -> bool:

@@ -26,6 +26,7 @@ from hami_core.engine.pods import (
     is_terminal,
     metadata,
     pod_key,
+    pod_priority,
     pod_ref,
 )
 from hami_core.engine.quota import QuotaCache, QuotaUsage
@@ -162,6 +163,8 @@ class ClusterState:
         self._health_state: dict[str, dict[str, Any]] = {name: {} for name in self.backends}
         # pod key → resourceVersion of the pod object last applied by upsert_pod (the same version again is a no-op)
         self._versions: dict[str, str] = {}
+        #: pod key → spec.priority of every pod whose allocation is written (placed pods: preemption's candidates)
+        self.priorities: dict[str, int] = {}
 
     def requests(self, pod: Mapping[str, Any]) -> ContainerRequests:
         """Every container's device requests (init containers first)."""
@@ -324,6 +327,7 @@ class ClusterState:
         init_count = len(((pod.get("spec") or {}).get("initContainers")) or [])
         booked = collapse(devices, init_count, app_only=init_count > 0 and init_containers_done(pod))
         booking = Booking(key, pod_ref(pod), node, booked, self._pod_mig(pod))
+        self.priorities[key] = pod_priority(pod)
         if self.ledger.get(key) == booking:
             # Every update of a scheduled pod (bind-phase patch, binding, status) repeats its allocation:
             # re-booking it would only churn the node's usage and invalidate its per-node caches.
@@ -334,6 +338,7 @@ class ClusterState:
         """Release everything the pod holds (deleted or finished)."""
         key = pod_key(pod)
         self._versions.pop(key, None)
+        self.priorities.pop(key, None)
         self._release_quarantine(key)
         self.host.unbook(key, self.nodes)
         self.ledger.unbook(key, self.nodes)

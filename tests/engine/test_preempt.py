@@ -193,3 +193,13 @@ def test_releasing_a_hold_frees_its_booking(engine) -> None:
     assert engine.held_node(vip) is None
     assert engine.schedule(make_pod("other", acme(1, 8000)), ["n1"]).ok
     engine.release_hold(vip)  # idempotent
+
+
+def test_placed_candidates_come_from_the_engine_alone(engine) -> None:
+    pods = [placed("a", "dev0", 4000, 5), placed("b", "dev1", 4000, 2000)]
+    setup(engine, pods)
+    engine.reserve(make_pod("pending", acme(1, 1000)), engine.schedule(make_pod("pending", acme(1, 1000)), ["n1"]))
+    from hami_core.engine.preempt import placed_candidates
+    assert placed_candidates(engine, "n1", 1000) == [Candidate("uid-a", "default/a", "uid-a", 5)]
+    engine.remove_pod(pods[0])
+    assert placed_candidates(engine, "n1", 1000) == []
