@@ -1,24 +1,22 @@
-"""deploy/: every kustomization resolves and parses, and the manifests agree with the code.
+"""deploy/ (the chart's committed render, see tests/chart_helpers.py): every file parses, and the manifests agree
+with the code.
 
-Pure Python (PyYAML): kustomize need not be installed. When ``kubectl`` is on PATH every overlay is also
-rendered with ``kubectl kustomize`` (skipped with a message otherwise). Checked against the code, not by hand:
-the extender's managedResources cover every resource name the vendor plugins register, container args parse
-with the real ``hami`` argparse parser, and RBAC grants every (resource, verb) the Kubernetes client calls of
-each component need.
+Pure Python (PyYAML): helm need not be installed (tests/deploy/test_chart.py renders the chart itself and checks
+deploy/ is its current render). Checked against the code, not by hand: the extender's managedResources cover every
+resource name the vendor plugins register, container args parse with the real ``hami`` argparse parser, and RBAC
+grants every (resource, verb) the Kubernetes client calls of each component need.
 """
 
 from __future__ import annotations
 
 import ast
 import re
-import shutil
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from chart_helpers import CHART, MANIFESTS
 
 from hami_core import cli
 from hami_core.engine.facade import Engine
@@ -26,36 +24,22 @@ from hami_core.sim.loader import bundled
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
-OVERLAYS = sorted(p.parent for p in (DEPLOY / "overlays").glob("*/kustomization.yaml"))
+RENDERS = sorted(DEPLOY / name for name in MANIFESTS)
 NAMESPACE = "kube-system"
 
 
 def _yaml_files() -> list[Path]:
-    return sorted(p for p in DEPLOY.rglob("*.yaml") if "dashboards" not in p.relative_to(DEPLOY).parts)
+    return sorted(DEPLOY.glob("*.yaml"))
 
 
-def _kustomization(directory: Path) -> dict[str, Any]:
-    return yaml.safe_load((directory / "kustomization.yaml").read_text(encoding="utf-8"))
-
-
-def _objects(directory: Path) -> Iterator[dict[str, Any]]:
-    """The objects a kustomization lists (resources and components, recursively; patches not applied)."""
-    k = _kustomization(directory)
-    for entry in [*k.get("resources", []), *k.get("components", [])]:
-        path = (directory / entry).resolve()
-        if path.is_dir():
-            yield from _objects(path)
-        else:
-            yield from (d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d)
-    for gen in k.get("configMapGenerator", []):
-        data = {Path(f).name: (directory / f).read_text(encoding="utf-8") for f in gen.get("files", [])}
-        yield {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": gen["name"]}, "data": data}
+def _objects(path: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if isinstance(d, dict)]
 
 
 def _all_objects() -> list[dict[str, Any]]:
     seen: dict[tuple[str, str], dict[str, Any]] = {}
-    for overlay in OVERLAYS:
-        for obj in _objects(overlay):
+    for path in RENDERS:
+        for obj in _objects(path):
             seen[(obj["kind"], obj["metadata"]["name"])] = obj
     return list(seen.values())
 
@@ -67,8 +51,15 @@ def _get(kind: str, name: str) -> dict[str, Any]:
     raise AssertionError(f"{kind}/{name} not found under deploy/")
 
 
-def _containers(kind: str, name: str) -> dict[str, dict[str, Any]]:
-    spec = _get(kind, name)["spec"]["template"]["spec"]
+def _get_in(path: Path, kind: str, name: str) -> dict[str, Any]:
+    for obj in _objects(path):
+        if obj["kind"] == kind and obj["metadata"]["name"] == name:
+            return obj
+    raise AssertionError(f"{kind}/{name} not found in {path}")
+
+
+def _containers(kind: str, name: str, path: Path = DEPLOY / "hami-py.yaml") -> dict[str, dict[str, Any]]:
+    spec = _get_in(path, kind, name)["spec"]["template"]["spec"]
     return {c["name"]: c for c in [*spec.get("initContainers", []), *spec["containers"]]}
 
 
@@ -78,47 +69,24 @@ def _containers(kind: str, name: str) -> dict[str, dict[str, Any]]:
 @pytest.mark.parametrize("path", _yaml_files(), ids=lambda p: str(p.relative_to(DEPLOY)))
 def test_every_yaml_parses(path: Path) -> None:
     docs = [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d is not None]
-    if path.name == "device-config.yaml":
-        return
     assert docs, f"{path} is empty"
+    if path.name == "device-config.yaml":
+        assert docs[0] == yaml.safe_load(_get_in(DEPLOY / "hami-py.yaml", "ConfigMap", "hami-scheduler-device")[
+            "data"]["device-config.yaml"]), "deploy/device-config.yaml is not hami-py.yaml's device config"
+        return
     for d in docs:
-        assert "kind" in d and ("metadata" in d or d["kind"] in {"Kustomization", "Component"}), path
+        assert "kind" in d and "metadata" in d, path
 
 
-@pytest.mark.parametrize("path", sorted(DEPLOY.rglob("kustomization.yaml")),
-                         ids=lambda p: str(p.parent.relative_to(DEPLOY)))
-def test_kustomization_references_exist(path: Path) -> None:
-    k = yaml.safe_load(path.read_text(encoding="utf-8"))
-    base = path.parent
-    for entry in [*k.get("resources", []), *k.get("components", [])]:
-        target = (base / entry).resolve()
-        assert target.exists(), f"{path}: {entry} does not exist"
-        if target.is_dir():
-            assert (target / "kustomization.yaml").is_file(), f"{path}: {entry} has no kustomization.yaml"
-        else:
-            assert list(yaml.safe_load_all(target.read_text(encoding="utf-8"))), target
-    for gen in k.get("configMapGenerator", []):
-        for f in gen.get("files", []):
-            assert (base / f).is_file(), f"{path}: generator file {f} missing"
-    referenced = {(base / e).resolve() for e in k.get("resources", [])}
-    if k.get("kind") != "Component" and base.name == "base":
-        unreferenced = {p.resolve() for p in base.glob("*.yaml")} - referenced - {path.resolve()}
-        unreferenced -= {(base / f).resolve() for g in k.get("configMapGenerator", []) for f in g["files"]}
-        assert not unreferenced, f"files in {base} no kustomization lists: {sorted(map(str, unreferenced))}"
+def test_only_renders_under_deploy() -> None:
+    """deploy/ is generated: nothing in it that `make manifests` does not write (no hand-kept kustomize tree)."""
+    names = {p.name for p in DEPLOY.iterdir()}
+    assert names == {*MANIFESTS, "device-config.yaml"}, sorted(names)
 
 
-def test_overlays_exist() -> None:
-    assert {p.name for p in OVERLAYS} >= {"default", "cert-manager", "prometheus"}
-
-
-@pytest.mark.parametrize("overlay", OVERLAYS, ids=lambda p: p.name)
-def test_overlay_renders_with_kubectl(overlay: Path) -> None:
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        pytest.skip("kubectl not installed: overlays checked by the pure-Python loader only")
-    out = subprocess.run([kubectl, "kustomize", str(overlay)], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    objs = [d for d in yaml.safe_load_all(out.stdout) if d]
+@pytest.mark.parametrize("render", RENDERS, ids=lambda p: p.name)
+def test_render(render: Path) -> None:
+    objs = _objects(render)
     cluster_scoped = {"ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration"}
     for obj in objs:
         if obj["kind"] not in cluster_scoped:
@@ -135,7 +103,8 @@ def test_overlay_renders_with_kubectl(overlay: Path) -> None:
     scheduler_svc = next(o for o in objs if o["kind"] == "Service" and o["metadata"]["name"] == "hami-scheduler")
     svc_ports = {p["name"] for p in scheduler_svc["spec"]["ports"]}
     policies = {o["metadata"]["name"]: o for o in objs if o["kind"] == "NetworkPolicy"}
-    if overlay.name == "prometheus":   # metrics opened to Prometheus, and to Prometheus only
+    prometheus = render.name == "hami-py-prometheus.yaml"
+    if prometheus:   # metrics opened to Prometheus, and to Prometheus only
         assert metrics_bind == "0.0.0.0:9395" and svc_ports == {"http", "monitor"}
         (rule,) = policies["hami-prometheus"]["spec"]["ingress"]
         assert rule["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
@@ -147,12 +116,12 @@ def test_overlay_renders_with_kubectl(overlay: Path) -> None:
         assert metrics_bind == "127.0.0.1:9395" and svc_ports == {"http"} and "hami-prometheus" not in policies
         assert "--metrics-device-detail" not in hami["args"]
     webhook = next(o for o in objs if o["kind"] == "MutatingWebhookConfiguration")
-    if overlay.name == "cert-manager":
+    if render.name == "hami-py-cert-manager.yaml":
         assert webhook["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == f"{NAMESPACE}/hami-scheduler"
-        assert "Certificate" in kinds
+        assert "Certificate" in kinds and "Job" not in kinds
     else:
-        assert "Job" in kinds
-    assert ("ServiceMonitor" in kinds) == (overlay.name == "prometheus")
+        assert "Job" in kinds and "Certificate" not in kinds
+    assert ("ServiceMonitor" in kinds) == prometheus
     _validate_against_kubernetes(objs)
 
 
@@ -360,7 +329,9 @@ def test_daemonset() -> None:
     svc = _get("Service", "hami-device-plugin-monitor")
     (port,) = svc["spec"]["ports"]
     assert svc["spec"]["type"] == "ClusterIP" and "nodePort" not in port
-    assert (port["name"], port["port"], port["targetPort"]) == ("monitorport", 31992, 9394)
+    # the named port: only device-plugin pods that run a monitor have it (other vendors' pods are no endpoints)
+    assert (port["name"], port["port"], port["targetPort"]) == ("monitorport", 31992, "monitorport")
+    assert {p["name"]: p["containerPort"] for p in containers["vgpu-monitor"]["ports"]}["monitorport"] == 9394
 
 
 # --- RBAC, derived from the client calls in the code ---------------------------------------------------
@@ -368,8 +339,9 @@ def test_daemonset() -> None:
 KUBE = ROOT / "hami_core" / "cluster" / "kube.py"
 LEADER = ROOT / "hami_core" / "cluster" / "leader.py"
 VERB = {"read": "get", "list": "list", "patch": "patch", "create": "create", "replace": "update", "delete": "delete"}
-RESOURCE = {"node": "nodes", "pod": "pods", "pod_binding": "pods/binding", "event": "events", "lease": "leases",
-            "resource_quota": "resourcequotas", "resourcequota": "resourcequotas"}
+RESOURCE = {"node": "nodes", "pod": "pods", "pod_binding": "pods/binding", "pod_status": "pods/status",
+            "event": "events", "lease": "leases", "resource_quota": "resourcequotas", "resourcequota": "resourcequotas",
+            "pod_disruption_budget": "poddisruptionbudgets"}
 
 
 def _client_call(method: str) -> tuple[str, str]:
@@ -474,7 +446,7 @@ def test_leader_lease_access() -> None:
 
 
 def test_every_rbac_verb_is_justified() -> None:
-    for path in _yaml_files():
+    for path in [*_yaml_files(), *sorted((CHART / "templates").rglob("*.yaml"))]:
         text = path.read_text(encoding="utf-8")
         if "kind: ClusterRole\n" not in text and "kind: Role\n" not in text:
             continue
