@@ -137,6 +137,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="write the workload's mix as a scheduler.fgd.workload config (what --fgd-mix trace gives "
                           "fgd): from a cluster's past pods, a fixed mix for its scheduler")
     out.add_argument("--no-progress", action="store_true", help="no progress bar")
+    out.add_argument("--explain", metavar="NS/POD",
+                     help="instead of the report, explain one pod of the workload (NAMESPACE/NAME or NAME) when it "
+                          "arrives in the first policy's run: each node's, device's and check's verdict, as hami "
+                          "explain prints it (--json: as JSON)")
     run.add_argument("--jobs", type=int, metavar="N",
                      help="runs (policies x seeds) at a time, one process each (default: the CPUs this process may "
                           "use; 1 runs them in this process). The results are those of the serial run")
@@ -258,6 +262,12 @@ def run(args: argparse.Namespace) -> int:
     experiment = Experiment(config, plugins, nodes, tasks, policies, seeds=seeds, inflate=args.inflate,
                             keep_placements=single, quotas=quotas, fgd_mix=args.fgd_mix,
                             protocol=args.protocol, cpu_pods=args.cpu_pods)
+    if args.explain:
+        from hami_core.explain import print_explanation
+        from hami_core.sim.explain import explain_arrival
+
+        print_explanation(explain_arrival(experiment, args.explain), output="json" if args.json else "table")
+        return 0
     if args.mix_out:
         write_mix(args.mix_out, experiment.task_mix())
     console = Console(width=None if sys.stdout.isatty() else 140)
