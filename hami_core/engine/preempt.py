@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from hami_core.engine.facade import Engine
 
 __all__ = ["EXACT_LIMIT", "Candidate", "VictimChoice", "candidates_on", "choose_victims", "placed_candidates",
-           "pod_priority", "preemption_can_help"]
+           "pod_priority", "preemption_can_help", "without"]
 
 #: Subsets of up to this many useful candidates are searched exhaustively (2**12 fits at worst, about a second).
 EXACT_LIMIT = 12
@@ -165,12 +165,12 @@ def _reprieve(engine: Engine, pod: Mapping[str, Any], node: str, useful: list[Ca
 
 
 def _fits(engine: Engine, pod: Mapping[str, Any], node: str, removed: Sequence[str]) -> bool:
-    with _without(engine, removed):
+    with without(engine, removed):
         return engine.schedule(pod, [node]).ok  # planned inside: the quota view then leaves the victims out
 
 
 @contextmanager
-def _without(engine: Engine, keys: Sequence[str]) -> Iterator[None]:
+def without(engine: Engine, keys: Sequence[str]) -> Iterator[None]:
     """The ledger with ``keys``' bookings taken out for the block, then put back exactly."""
     ledger, nodes = engine.ledger, engine.nodes
     saved: list[Booking] = []

@@ -162,8 +162,8 @@ def test_a_hold_keeps_the_room_for_the_preemptor_until_the_victims_go(engine) ->
     vip = preemptor(8000)
     choice = choose_victims(engine, vip, "n1", candidates)
     [victim] = choice.victims
-    from hami_core.engine.preempt import _without
-    with _without(engine, [victim.key]):
+    from hami_core.engine.preempt import without
+    with without(engine, [victim.key]):
         decision = engine.schedule(vip, ["n1"])
     assert decision.ok
 
