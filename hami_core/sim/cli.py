@@ -285,6 +285,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         runs = experiment.run(jobs=jobs)
     report = report_json(runs, policies, inputs)
+    trace = Path(args.trace_pods).stem.removeprefix("openb_pod_list_") if args.trace_pods else ""
     if single and runs[0].engine is not None:
         report["nodes"] = usage_json(runs[0].engine)
     if args.report:
@@ -292,7 +293,7 @@ def run(args: argparse.Namespace) -> int:
     if args.html:
         from hami_core.sim.html import render
 
-        Path(args.html).write_text(render(report), encoding="utf-8")
+        Path(args.html).write_text(render(report, paper=PAPER.get(trace), trace=trace), encoding="utf-8")
     if args.json:
         json.dump(report, sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -306,7 +307,6 @@ def run(args: argparse.Namespace) -> int:
         print_single(console, runs[0].engine, runs[0], header)
     else:
         console.print(header)
-    trace = Path(args.trace_pods).stem.removeprefix("openb_pod_list_") if args.trace_pods else ""
     console.print(summary_table(runs, paper=PAPER.get(trace)))
     for path in (args.report, args.html, args.mix_out):
         if path:

@@ -11,7 +11,7 @@ from rich.table import Table
 from hami_core.engine.facade import Engine
 from hami_core.plugins.types import ContainerDevice
 from hami_core.sim.experiment import Policy, summarize
-from hami_core.sim.replay import RunResult
+from hami_core.sim.replay import Placed, RunResult
 
 REPORT_VERSION = 1
 
@@ -50,16 +50,24 @@ def placements_table(run: RunResult) -> Table:
     for i, p in enumerate(run.placements, 1):
         d = p.decision
         if d is not None and d.skipped:
-            table.add_row(str(i), p.pod, p.node or "[red]unschedulable[/]", "", "no managed device requested")
+            table.add_row(str(i), p.pod, p.node or "[red]unschedulable[/]", "", placement_note(p))
         elif p.node is None:
-            note = summarize_failures(d.failed) if d is not None and d.failed and not d.error else p.reason
-            table.add_row(str(i), p.pod, "[red]unschedulable[/]", "", note)
+            table.add_row(str(i), p.pod, "[red]unschedulable[/]", "", placement_note(p))
         else:
             assert d is not None
             names = d.requests.names if d.requests else ()
-            table.add_row(str(i), p.pod, f"[green]{p.node}[/]", _devices(d.devices, names),
-                          f"score {d.scores[p.node]:.2f}")
+            table.add_row(str(i), p.pod, f"[green]{p.node}[/]", _devices(d.devices, names), placement_note(p))
     return table
+
+
+def placement_note(p: Placed) -> str:
+    """The placements table's note (also the JSON's ``note``, which the HTML report shows)."""
+    d = p.decision
+    if d is not None and d.skipped:
+        return "no managed device requested"
+    if p.node is None:
+        return summarize_failures(d.failed) if d is not None and d.failed and not d.error else p.reason
+    return f"score {d.scores[p.node]:.2f}" if d is not None and p.node in d.scores else ""
 
 
 def usage_table(engine: Engine) -> Table:
@@ -135,9 +143,29 @@ def run_json(run: RunResult, policy: Policy | None) -> dict[str, Any]:
         out["placements"] = [{"pod": p.pod, "node": p.node, "reason": p.reason or None,
                               "skipped": bool(p.decision and p.decision.skipped),
                               "failed": dict(p.decision.failed) if p.decision and p.node is None else {},
-                              "annotations": dict(p.decision.annotations) if p.decision else {}}
+                              "annotations": dict(p.decision.annotations) if p.decision else {},
+                              "score": _score(p), "devices": _devices_json(p), "note": placement_note(p)}
                              for p in run.placements]
     return out
+
+
+def _score(p: Placed) -> float | None:
+    d = p.decision
+    if d is None or p.node is None or d.skipped or p.node not in d.scores:
+        return None
+    return round(d.scores[p.node], 3)
+
+
+def _devices_json(p: Placed) -> list[dict[str, Any]]:
+    """The devices a placed pod got, per container, as the placements table lists them."""
+    d = p.decision
+    if d is None or p.node is None:
+        return []
+    names = d.requests.names if d.requests else ()
+    return [{"container": names[pos] if pos < len(names) else f"c{pos}", "backend": backend, "index": dev.idx,
+             "memory_mib": dev.usedmem, "cores": dev.usedcores}
+            for backend, per_container in sorted(d.devices.items())
+            for pos, devs in enumerate(per_container) for dev in devs]
 
 
 def report_json(runs: Sequence[RunResult], policies: Sequence[Policy], inputs: Mapping[str, Any]) -> dict[str, Any]:
