@@ -96,7 +96,14 @@ class MonitorCollector(Collector):
                     self.pods.refresh()
                 self.store.refresh(self.pods.alive_uids() if self.pods is not None else None)
             families = self._containers()
+            loaded = len(self.store)
         yield from families
+        # Present on every node, GPUs or not, NVML or not: dashboards list the nodes from it (the host series need a
+        # driver, the container series a running GPU pod).
+        containers = _gauge("hami_monitor_containers", "Containers whose HAMi-core shared region this monitor "
+                            "reads (present on every node, 0 without GPU pods)", ["node"])
+        containers.add_metric([self.node_name, ZONE], loaded)
+        yield containers
         info = GaugeMetricFamily("hami_build_info", "Build information",
                                  labels=["version", "revision", "build_date", "go_version", "compiler", "platform"])
         info.add_metric([__version__, "", "", platform.python_version(), platform.python_implementation(),

@@ -202,3 +202,11 @@ def test_garbage_and_shrinking_files_never_break_a_scrape(root: Path, start_moni
     for _ in range(2):
         got = scrape(m.url)
         assert set(_by_labels(got["hami_vgpu_memory_used_bytes"], "pod")) == {("uid-infer",)}
+
+
+def test_every_node_reports_its_loaded_containers_even_without_gpus_or_nvml(root: Path, start_monitor) -> None:
+    """``hami_monitor_containers{node}`` is there on a node with no GPU pod and no NVML: dashboards list nodes by it."""
+    m = start_monitor(None, feedback=False)
+    assert scrape(m.url)["hami_monitor_containers"] == [({"node": "node-a", "zone": "vGPU"}, 0)]
+    _write_two(root, 0)
+    assert scrape(m.url)["hami_monitor_containers"] == [({"node": "node-a", "zone": "vGPU"}, 2)]
