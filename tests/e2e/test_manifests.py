@@ -1,5 +1,6 @@
-"""Scenario 1: the shipped manifests on the real API server, and hami's components running with the RBAC they
-ship (the autouse guard of conftest.py fails any test in which RBAC refused one of their requests)."""
+"""Scenario 1: the shipped manifests (deploy/hami-py.yaml, the chart's default render) on the real API server, and
+hami's components running with the RBAC they ship (the autouse guard of conftest.py fails any test in which RBAC
+refused one of their requests)."""
 
 from __future__ import annotations
 
@@ -13,14 +14,14 @@ from realkube import audit
 from realkube.controlplane import kubectl
 from realkube.objects import gpu_pod
 from realkube.procs import wait_until
-from realkube.stack import OVERLAY, Stack, render_overlay
+from realkube.stack import SHIPPED, Stack, shipped_docs
 
 pytestmark = pytest.mark.e2e
 
 
-def test_default_overlay_passes_server_side_dry_run(stack: Stack, bindir: Path) -> None:
+def test_shipped_manifests_pass_server_side_dry_run(stack: Stack, bindir: Path) -> None:
     admin = stack.plane.apiserver.admin_kubeconfig
-    docs = render_overlay(bindir, admin)
+    docs = shipped_docs()
     kinds = {d["kind"] for d in docs}
     assert {"Deployment", "DaemonSet", "MutatingWebhookConfiguration", "ClusterRole", "ConfigMap", "Job"} <= kinds
     # as on a cluster without hami: the stack's own registration (clientConfig.url) would merge with the shipped
@@ -28,7 +29,7 @@ def test_default_overlay_passes_server_side_dry_run(stack: Stack, bindir: Path) 
     kubectl(bindir, admin, "delete", "mutatingwebhookconfiguration", "hami-webhook")
     try:
         out = kubectl(bindir, admin, "apply", "--server-side", "--dry-run=server", "--field-manager=hami-e2e",
-                      "--force-conflicts", "-k", str(OVERLAY), check=False)
+                      "--force-conflicts", "-f", str(SHIPPED), check=False)
     finally:
         stack.register_webhook()
     assert out.returncode == 0, out.stderr
@@ -65,7 +66,7 @@ def test_a_verb_missing_from_the_cluster_role_is_caught(stack: Stack, ns: str, m
     ServiceAccount holds, does not grant it); the filter's allocation patch is refused, the audit log shows it, and
     once the shipped role is back the pod binds."""
     admin = stack.plane.apiserver.admin_kubeconfig
-    role = next(d for d in render_overlay(bindir, admin) if d["kind"] == "ClusterRole" and
+    role = next(d for d in shipped_docs() if d["kind"] == "ClusterRole" and
                 d["metadata"]["name"] == "hami-scheduler")
     rules = [dict(r) for r in role["rules"]]
     for rule in rules:

@@ -1,5 +1,5 @@
 """Scenario 2: the mutating webhook as kube-apiserver calls it (AdmissionReview over TLS, registered from
-deploy/base/webhook.yaml with only its URL and caBundle rewritten), and the allocation-identity rule with real
+deploy/hami-py.yaml's hami-webhook with only its URL and caBundle rewritten), and the allocation-identity rule with real
 API-server identities: an ordinary user ``alice`` (a client certificate of the cluster CA, RBAC to create and
 patch pods in her namespace) is denied scheduler-owned annotations on create and on update; hami's
 ServiceAccounts may write them, and the shipped matchConditions keep the webhook out of their requests and of

@@ -14,26 +14,29 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from .controlplane import ROOT, ControlPlane, KubeScheduler, iter_docs, kubectl
-from .hami import NAMESPACE, HamiScheduler, scheduler_config, webhook_configuration
+from .hami import DEFAULT_INSTALL, HamiScheduler, Install, scheduler_config, webhook_configuration
 from .objects import KubeletSim, allocated, create_node
 from .procs import wait_until
 
 __all__ = ["RBAC_KINDS", "Stack"]
 
 RBAC_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ConfigMap"}
-OVERLAY = ROOT / "deploy" / "overlays" / "default"
+#: the chart's default render (`make manifests`; tests/deploy/test_chart.py keeps it current)
+SHIPPED = ROOT / "deploy" / "hami-py.yaml"
 
 Ledger = dict[tuple[str, str, str, str], tuple[int, int]]
 
 
-def render_overlay(bindir: Path, kubeconfig: Path, overlay: Path = OVERLAY) -> list[dict[str, Any]]:
-    """``kubectl kustomize`` of the overlay (the kubectl built with the control plane)."""
-    return list(iter_docs(kubectl(bindir, kubeconfig, "kustomize", str(overlay)).stdout))
+def shipped_docs(path: Path = SHIPPED) -> list[dict[str, Any]]:
+    """The objects of deploy/hami-py.yaml (or another render of the chart)."""
+    return list(iter_docs(path.read_text(encoding="utf-8")))
 
 
 class Stack:
-    def __init__(self, plane: ControlPlane, bindir: Path) -> None:
+    def __init__(self, plane: ControlPlane, bindir: Path, install: Install = DEFAULT_INSTALL) -> None:
         self.plane, self.bindir = plane, bindir
+        #: the render hami is started from (deploy/hami-py.yaml, or a chart render in another namespace)
+        self.install_from = install
         self.workdir = plane.workdir
         self.hami: HamiScheduler | None = None
         self.scheduler: KubeScheduler | None = None
@@ -42,16 +45,17 @@ class Stack:
 
     # ------------------------------------------------------------------------------------ install
     def install(self) -> None:
-        """Server-side apply of the overlay's ServiceAccounts, RBAC and ConfigMaps; kubeconfigs for hami's
+        """Server-side apply of the shipped ServiceAccounts, RBAC and ConfigMaps; kubeconfigs for hami's
         ServiceAccounts (TokenRequest)."""
         admin = self.plane.apiserver.admin_kubeconfig
-        docs = [d for d in render_overlay(self.bindir, admin) if d["kind"] in RBAC_KINDS]
+        docs = [d for d in shipped_docs(self.install_from.path) if d["kind"] in RBAC_KINDS]
         import yaml
 
         kubectl(self.bindir, admin, "apply", "--server-side", "--field-manager=hami-e2e", "-f", "-",
                 input_text=yaml.safe_dump_all(docs))
-        self.scheduler_kubeconfig = self.plane.kubeconfig_for(NAMESPACE, "hami-scheduler")
-        self.device_kubeconfig = self.plane.kubeconfig_for(NAMESPACE, "hami-device-plugin")
+        namespace = self.install_from.namespace
+        self.scheduler_kubeconfig = self.plane.kubeconfig_for(namespace, "hami-scheduler")
+        self.device_kubeconfig = self.plane.kubeconfig_for(namespace, "hami-device-plugin")
 
     def device_cluster(self, **kwargs: Any) -> Any:
         """A ``KubeCluster`` as the device plugin's ServiceAccount."""
@@ -67,9 +71,10 @@ class Stack:
     # ------------------------------------------------------------------------------------ lifecycle
     def start(self, hami_extra: Mapping[str, str | None] | None = None) -> None:
         self.hami_extra = dict(hami_extra or {})
-        self.hami = HamiScheduler(self.workdir, self.plane.ca, self.scheduler_kubeconfig, extra=self.hami_extra)
+        self.hami = HamiScheduler(self.workdir, self.plane.ca, self.scheduler_kubeconfig, extra=self.hami_extra,
+                                  install=self.install_from)
         self.hami.start(ready=False)
-        config = scheduler_config(self.hami.url, self.plane.ca.pem)
+        config = scheduler_config(self.hami.url, self.plane.ca.pem, install=self.install_from)
         self.scheduler = KubeScheduler(self.bindir, self.workdir, "kube-scheduler", config, self.scheduler_kubeconfig)
         self.scheduler.start()
         self.hami.wait_ready()  # --leader-elect: ready once it sees kube-scheduler hold the Lease
@@ -79,7 +84,7 @@ class Stack:
     def register_webhook(self, failure_policy: str | None = None) -> dict[str, Any]:
         assert self.hami is not None
         body = webhook_configuration(f"{self.hami.webhook_url}/webhook", self.plane.ca.pem,
-                                     failure_policy=failure_policy)
+                                     failure_policy=failure_policy, install=self.install_from)
         from kubernetes import client
 
         api = client.AdmissionregistrationV1Api(self.plane.admin)
@@ -95,7 +100,8 @@ class Stack:
         old.stop()
         self.hami_extra = dict(extra or {})
         self.hami = HamiScheduler(self.workdir, self.plane.ca, self.scheduler_kubeconfig, extra=self.hami_extra,
-                                  port=old.port, metrics_port=old.metrics_port, webhook_port=old.webhook_port)
+                                  port=old.port, metrics_port=old.metrics_port, webhook_port=old.webhook_port,
+                                  install=self.install_from)
         self.hami.tls, self.hami.argv = old.tls, [a.replace(str(self.hami.tls.cert), str(old.tls.cert))
                                                   .replace(str(self.hami.tls.key), str(old.tls.key))
                                                   for a in self.hami.argv]
