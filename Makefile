@@ -22,6 +22,7 @@ lint: setup
 	$(BIN)/ruff check .
 
 test: lint
+	e2e/sysdeps.sh chromium
 	$(BIN)/pytest
 
 # The long reliability soak (tests marked `soak`: 2,000 pods over real HTTP, chaos); see docs/reliability.md.

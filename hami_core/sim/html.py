@@ -461,7 +461,7 @@ main{max-width:80rem;margin:0 auto;padding:1rem clamp(.6rem,3vw,2rem) 3rem}
 h1{font-size:1.6rem;margin:.3em 0 .6em}
 h2{font-size:1.15rem;margin:1.8em 0 .6em;padding-bottom:.2em;border-bottom:1px solid #d0d7de}
 h3{font-size:1rem;margin:.2em 0}
-dl.inputs{display:grid;grid-template-columns:repeat(auto-fill,minmax(min(100%,15rem),1fr));gap:.35rem 1.5rem;margin:0}
+dl.inputs{display:grid;grid-template-columns:repeat(auto-fill,minmax(min(100%,10rem),1fr));gap:.35rem 1.5rem;margin:0}
 dl.inputs div{min-width:0}
 dt{color:#5b636e;font-size:.8rem}
 dd{margin:0;overflow-wrap:anywhere}
