@@ -111,6 +111,10 @@ def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG, parents=[common],
         description="HAMi GPU-sharing scheduler, device plugin and monitor: one command per component.")
+    from hami_core import __version__
+
+    # the same text as `hami version`, for scripts that expect a top-level --version
+    parser.add_argument("--version", action="version", version=f"hami-core {__version__}")
     parser.set_defaults(command=None)
     commands = parser.add_subparsers(title="commands", metavar="COMMAND")
     for command in COMMANDS:
