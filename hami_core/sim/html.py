@@ -153,7 +153,6 @@ def band_chart(title: str, series: Sequence[Band], *, y_label: str, x_from: floa
     if y1 <= y0:
         y1 = y0 + ystep
     xstep = _nice_step(x1 - x0)
-    x1 = math.ceil(x1 / xstep) * xstep
     pw, ph = W - LEFT - RIGHT, H - TOP - BOTTOM
 
     def px(x: float) -> float:
@@ -248,7 +247,7 @@ def heat_map(title: str, values: Mapping[str, float]) -> str:
 def colour_scale() -> str:
     """The heat maps' legend: the colour scale from 0 % to 100 % allocated."""
     stops = "".join(f'<stop offset="{o:.0%}" stop-color="rgb({c[0]},{c[1]},{c[2]})"/>' for o, c in SCALE)
-    return ('<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 240 30" class="scale" role="img" '
+    return ('<svg xmlns="http://www.w3.org/2000/svg" viewBox="-12 0 264 30" class="scale" role="img" '
             'aria-label="colour scale: GPU allocation of a node, 0 to 100 %" font-size="10">'
             f'<defs><linearGradient id="heat-scale">{stops}</linearGradient></defs>'
             '<rect x="10" y="2" width="220" height="12" fill="url(#heat-scale)" stroke="#999" stroke-width="0.5"/>'
