@@ -19,7 +19,7 @@ __all__ = ["DEFAULT_NAMESPACE", "DEFAULT_SERVICE_ACCOUNTS", "TrustedIdentities",
 #: The namespace deploy/ installs into.
 DEFAULT_NAMESPACE = "kube-system"
 #: The ServiceAccounts of the scheduler (filter and bind write the allocation) and the device plugin (Allocate
-#: pops the to-allocate key and sets the bind phase): deploy/base/scheduler-rbac.yaml, device-plugin-rbac.yaml.
+#: pops the to-allocate key and sets the bind phase): charts/hami-py/templates/{scheduler,device-plugin}/rbac.yaml.
 DEFAULT_SERVICE_ACCOUNTS = ("hami-scheduler", "hami-device-plugin")
 
 
