@@ -52,6 +52,8 @@ class Options:
     requeue_nudge_s: float = DEFAULT_NUDGE_INTERVAL_S
     #: ``--filter-reasons``: keep a refused pod's per-node reasons on it (``hami.io/filter-reasons``; :mod:`.reasons`)
     filter_reasons: bool = True
+    #: ``--preemption``: device-aware preemption and the preempt verb (:mod:`.preemption`)
+    preemption: bool = True
     #: ``--normal-events``: HAMi's FilteringSucceed / BindingSucceed for every pod (Warning events always)
     normal_events: bool = True
     resync_s: float = DEFAULT_INTERVAL_S
@@ -115,6 +117,7 @@ class Scheduler:
                                  normal_events=self.options.normal_events,
                                  requeue_nudge_s=self.options.requeue_nudge_s,
                                  filter_reasons=self.options.filter_reasons,
+                                 preemption=self.options.preemption,
                                  engine_lock=self.lock,
                                  ready=self.sync.wait_synced, sync_wait_s=self.options.sync_wait_s)
         # binds waiting for a locked node wake on its watch events (the poll is only a fallback then), and a

@@ -37,7 +37,7 @@ __all__ = ["EXTENDER_PATHS", "WEBHOOK_PATHS", "Auth", "Refusal", "TokenFile"]
 log = logging.getLogger("hami.scheduler.auth")
 
 #: The routes a bearer token authorises (and ``--client-ca-file`` guards).
-EXTENDER_PATHS = frozenset({"/filter", "/bind"})
+EXTENDER_PATHS = frozenset({"/filter", "/bind", "/preempt"})
 #: The route ``--webhook-client-ca-file`` guards.
 WEBHOOK_PATHS = frozenset({"/webhook"})
 #: Longest token file read (a token is a few dozen bytes; this bounds what a wrong path could make us load).

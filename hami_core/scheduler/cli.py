@@ -104,6 +104,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "retried them before hami saw the release); at most one write per SECONDS "
                              "(default: 1; 0: never, the pods then wait for the next cluster event or "
                              "kube-scheduler's 5-minute flush)")
+    parser.add_argument("--preemption", action=argparse.BooleanOptionalAction, default=True,
+                        help="device-aware preemption: when no node fits a pod, evict the fewest lower-priority pods "
+                             "whose devices it needs and hold the room for it; and the extender's preempt verb "
+                             "(preemptVerb: preempt; docs/scheduler.md, Preemption). --no-preemption: neither")
     parser.add_argument("--filter-reasons", action=argparse.BooleanOptionalAction, default=True,
                         help="when a filter finds no node for a pod, write the per-node reasons on the pod "
                              "(annotation hami.io/filter-reasons, bounded, written only when they change, removed "
@@ -195,6 +199,7 @@ def run(args: argparse.Namespace) -> int:
                       write_allocation=args.write_allocation, resync_s=args.resync,
                       inflight_limit=args.node_inflight_limit, normal_events=args.normal_events,
                       requeue_nudge_s=args.requeue_nudge, filter_reasons=args.filter_reasons,
+                      preemption=args.preemption,
                       http_server=args.http_server, webhook_host=webhook[0] if webhook else None,
                       webhook_port=webhook[1] if webhook else 0, client_ca_file=args.client_ca_file,
                       extender_token_file=args.extender_token_file, metrics_device_detail=args.metrics_device_detail,

@@ -55,6 +55,7 @@ from hami_core.scheduler.inflight import DEFAULT_INFLIGHT_LIMIT, InFlight
 from hami_core.scheduler.nodelock import DEFAULT_RETRY_TIMEOUT_S, DEFAULT_TIMEOUT_S, LockContention, NodeLocker, retry
 from hami_core.scheduler.podgate import MAX_PASSED, PodGate
 from hami_core.scheduler.podview import PodView
+from hami_core.scheduler.preemption import Preemption, passthrough_victims
 from hami_core.scheduler.reasons import FilterReasons
 from hami_core.scheduler.reqmetrics import BIND_REASONS, RequestMetrics
 from hami_core.scheduler.requeue import DEFAULT_NUDGE_INTERVAL_S, RequeueNudger
@@ -163,7 +164,8 @@ class Extender:
                  sleep: Callable[[float], None] | None = None, lock_wait: float = 0.0,
                  write_allocation: str = "filter", inflight_limit: int = DEFAULT_INFLIGHT_LIMIT,
                  normal_events: bool = True, pods: PodView | None = None,
-                 requeue_nudge_s: float = DEFAULT_NUDGE_INTERVAL_S, filter_reasons: bool = True) -> None:
+                 requeue_nudge_s: float = DEFAULT_NUDGE_INTERVAL_S, filter_reasons: bool = True,
+                 preemption: bool = True) -> None:
         if write_allocation not in WRITES:
             raise ValueError(f"unknown allocation write {write_allocation!r}: choose one of "
                              f"{', '.join(WRITE_ALLOCATION)}")
@@ -203,6 +205,9 @@ class Extender:
         self.reasons = FilterReasons(cluster, write=self.write) if filter_reasons else None
         #: what filters and binds did (the scheduler app shares one with its webhook and serves it on /metrics)
         self.metrics = RequestMetrics()
+        #: ``--preemption``: device-aware preemption after a filter finds no node, and the preempt verb
+        #: (:mod:`.preemption`; None: off, the verb then passes kube-scheduler's victims through)
+        self.preemption = Preemption(engine, cluster, self.lock, event=self._post_event) if preemption else None
 
     @property
     def decided(self) -> OrderedDict[tuple[str, str], Unwritten] | None:
@@ -276,7 +281,8 @@ class Extender:
                 self.nudger.refused(pod_key(pod))
             if self.reasons is not None:
                 self.reasons.refused(pod, decision.failed, len(names))
-            return filter_result(failed=decision.failed), "no_fit"
+            failed, unresolvable = self._preempt_after_no_fit(pod, decision.failed)
+            return filter_result(failed=failed, unresolvable=unresolvable), "no_fit"
         text = self.writes.after_filter(pod, decision, requests)
         if text:
             return filter_result(error=text), "write_failed"
@@ -287,6 +293,37 @@ class Extender:
                    f"find fit node({node}), {len(names) - len(decision.scores)} nodes not fit, "
                    f"{len(decision.scores)} nodes fit({fit})")
         return filter_result(node_names=[node]), "scheduled"
+
+    def _preempt_after_no_fit(self, pod: Mapping[str, Any],
+                              failed: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+        """(FailedNodes, FailedAndUnresolvableNodes) of a filter that found no node, after hami's own preemption
+        (:mod:`.preemption`): nodes no preemption fixes are unresolvable; once hami preempts on a node, every other
+        node is too, so that kube-scheduler's own preemption does not evict a second set elsewhere."""
+        if self.preemption is None:
+            return dict(failed), {}
+        with self.lock:
+            unresolvable = self.preemption.unresolvable(pod, failed)
+        resolvable = {n: r for n, r in failed.items() if n not in unresolvable}
+        done = self.preemption.after_no_fit(pod, resolvable) if resolvable else None
+        if done is not None:
+            unresolvable.update({n: r for n, r in resolvable.items() if n != done.node})
+            resolvable = {done.node: resolvable[done.node]}
+        return resolvable, unresolvable
+
+    # ------------------------------------------------------------------------------------ preempt
+    def preempt(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        """``POST /preempt``: ``ExtenderPreemptionArgs`` → ``ExtenderPreemptionResult`` (:meth:`.Preemption.verb`).
+        With preemption off, kube-scheduler's victims are passed back unchanged."""
+        if self.preemption is None:
+            return passthrough_victims(args)
+        return self.preemption.verb(args)
+
+    def _post_event(self, obj: Mapping[str, Any], event_type: str, reason: str, message: str) -> None:
+        # preemption's events are posted whatever --normal-events says: kube-scheduler always posts Preempted
+        try:
+            self.cluster.event(obj, event_type, reason, message)
+        except Exception as exc:  # events are best effort
+            log.debug("event %s for %s not recorded: %s", reason, pod_ref(obj), exc)
 
     def _simulate(self, pod: Mapping[str, Any], nodes: Mapping[str, Any],
                   requests: ContainerRequests) -> tuple[dict[str, Any], str]:

@@ -31,10 +31,11 @@ def lower_keys(args: Any, what: str) -> dict[str, Any]:
 
 
 def filter_result(*, nodes: Any = None, node_names: list[str] | None = None,
-                  failed: Mapping[str, str] | None = None, error: str = "") -> dict[str, Any]:
-    """An ``ExtenderFilterResult`` with every key present."""
+                  failed: Mapping[str, str] | None = None, unresolvable: Mapping[str, str] | None = None,
+                  error: str = "") -> dict[str, Any]:
+    """An ``ExtenderFilterResult`` with every key present (``unresolvable``: nodes no preemption can fix)."""
     return {"Nodes": nodes, "NodeNames": node_names, "FailedNodes": dict(failed) if failed is not None else None,
-            "FailedAndUnresolvableNodes": None, "Error": error}
+            "FailedAndUnresolvableNodes": dict(unresolvable) if unresolvable else None, "Error": error}
 
 
 class NodeNames:

@@ -230,6 +230,8 @@ class LoopServer:
         return {"/filter": ThreadPoolExecutor(DECIDE_WORKERS, thread_name_prefix="hami-filter"),
                 "/webhook": ThreadPoolExecutor(DECIDE_WORKERS, thread_name_prefix="hami-webhook"),
                 "/bind": ThreadPoolExecutor(workers, thread_name_prefix="hami-bind"),
+                # preemption deletes pods and patches status: off the filter threads
+                "/preempt": ThreadPoolExecutor(2, thread_name_prefix="hami-preempt"),
                 "bulk": ThreadPoolExecutor(1, thread_name_prefix="hami-bulk")}
 
     def _endpoint(self, host: str, port: int) -> tuple[Callable[[], asyncio.BaseProtocol], dict[str, Any]]:

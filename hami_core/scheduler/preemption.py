@@ -113,16 +113,16 @@ class Preemption:
     # ------------------------------------------------------------------------------------ /filter
     def unresolvable(self, pod: Mapping[str, Any], failed: Mapping[str, str]) -> dict[str, str]:
         """The failed nodes that no preemption can fix, with their reasons (for ``FailedAndUnresolvableNodes``).
-        Call with the engine lock held. Nothing when the pod may not preempt (kube then preempts nothing anyway)."""
+        Call with the engine lock held. Nothing when the pod may not preempt, or when no failed node has a pod it
+        could preempt: the answer is then HAMi's own (FailedNodes only), and kube-scheduler finds no victim anyway."""
         if self.ineligible(pod) is not None:
             return {}
         priority = pod_priority(pod)
-        out = {}
-        for node, reason in failed.items():
-            candidates = placed_candidates(self.engine, node, priority)
-            if not candidates or not self._fits_without(pod, node, [c.key for c in candidates]):
-                out[node] = reason
-        return out
+        by_node = {node: placed_candidates(self.engine, node, priority) for node in failed}
+        if not any(by_node.values()):
+            return {}
+        return {node: reason for node, reason in failed.items()
+                if not by_node[node] or not self._fits_without(pod, node, [c.key for c in by_node[node]])}
 
     def after_no_fit(self, pod: Mapping[str, Any], failed: Mapping[str, str]) -> Preempted | None:
         """No node fits ``pod``: pick a node and victims, hold the room, evict, nominate. Call without the engine
@@ -299,6 +299,13 @@ def _victims_by_node(low: Mapping[str, Any]) -> dict[str, tuple[list[str], int]]
         pdb = entry.get("numpdbviolations", 0)
         out[str(node)] = (uids, pdb if isinstance(pdb, int) and not isinstance(pdb, bool) else 0)
     return out
+
+
+def passthrough_victims(args: Mapping[str, Any]) -> dict[str, Any]:
+    """kube-scheduler's own victims as an ``ExtenderPreemptionResult`` (preemption off: hami changes nothing)."""
+    low = lower_keys(args, "ExtenderPreemptionArgs")
+    return {"NodeNameToMetaVictims": {node: {"Pods": [{"UID": uid} for uid in uids], "NumPDBViolations": pdb}
+                                      for node, (uids, pdb) in sorted(_victims_by_node(low).items())}}
 
 
 def pod_is_terminating(pod: Mapping[str, Any]) -> bool:

@@ -4,7 +4,7 @@ Both servers (:mod:`.aioserver`, the hand-written asyncio/httptools one; :mod:`.
 request gets, so their answers are the same byte for byte:
 
 * ``GET /healthz`` → 200 empty, ``GET /readyz`` → 200 ``ok`` or ``not leader or not synced`` (always 200, as HAMi);
-* ``POST /filter``, ``/bind``, ``/webhook`` → the handler's JSON, 200;
+* ``POST /filter``, ``/bind``, ``/preempt``, ``/webhook`` → the handler's JSON, 200;
 * from the request line and headers alone, before any byte of the body (:meth:`Routes.admit`): 404 for a route this
   listener does not serve, 401/403 for a caller who has not authenticated (:mod:`.auth`), 411 for chunked bodies,
   413 for a body over 1 MiB, 400 for a missing or malformed Content-Length, and 503 (``Retry-After: 1``) when the
@@ -67,7 +67,7 @@ DRAIN_S = 10.0
 #: ``/filter``: kube-scheduler filters one pod at a time per profile. ``/webhook``: kube-apiserver calls it once per
 #: pod admission, in parallel; each waiting request holds its body (up to 1 MiB). ``/bind``: kube-scheduler binds
 #: a whole burst at once and binds may wait for node locks (aioserver's bind pool has 256 threads).
-ENDPOINT_LIMITS = {"/filter": 32, "/webhook": 64, "/bind": 512}
+ENDPOINT_LIMITS = {"/filter": 32, "/webhook": 64, "/bind": 512, "/preempt": 8}
 #: A body larger than this is a bulk request: it costs tens of milliseconds of JSON decoding under the GIL, which
 #: every other request waits for. Bulk requests have their own lane: at most :data:`BULK_LIMIT` per endpoint at
 #: once, handled one at a time in a thread of their own, so a flood of them neither crowds out the small requests
@@ -76,8 +76,8 @@ ENDPOINT_LIMITS = {"/filter": 32, "/webhook": 64, "/bind": 512}
 BULK_BODY = 256 << 10
 BULK_LIMIT = 2
 #: The POST routes of each listener layout: one listener (HAMi's), or ``--webhook-bind`` apart from ``--http-bind``.
-ALL_ROUTES = frozenset({"/filter", "/bind", "/webhook"})
-EXTENDER_ROUTES = frozenset({"/filter", "/bind"})
+ALL_ROUTES = frozenset({"/filter", "/bind", "/preempt", "/webhook"})
+EXTENDER_ROUTES = frozenset({"/filter", "/bind", "/preempt"})
 WEBHOOK_ROUTES = frozenset({"/webhook"})
 _DIGITS = frozenset("0123456789")
 _JSON = "application/json"
@@ -211,7 +211,7 @@ class Routes:
         handlers: dict[str, Callable[[Any], dict[str, Any]]] = {}
         if serves & EXTENDER_ROUTES:
             assert extender is not None, "the extender routes need an extender"
-            handlers.update({"/filter": extender.filter, "/bind": extender.bind})
+            handlers.update({"/filter": extender.filter, "/bind": extender.bind, "/preempt": extender.preempt})
         if "/webhook" in serves:
             assert webhook is not None, "/webhook needs a webhook"
             handlers["/webhook"] = webhook.review

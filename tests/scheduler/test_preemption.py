@@ -118,6 +118,12 @@ def test_nodes_that_no_preemption_fixes_are_unresolvable() -> None:
     assert set(world.preemption.unresolvable(pod, failed)) == {"n1"}  # one card: no eviction gives it two
 
 
+def test_without_any_pod_to_preempt_the_answer_is_hamis_own() -> None:
+    world = World([nvidia_node("n1", gpus=1)], [running("a", "n1", 0, 24576, 5000)])
+    pod = vip(gpus=2)
+    assert world.preemption.unresolvable(pod, world.failed(pod)) == {}
+
+
 def test_a_node_whose_victim_breaks_a_pdb_is_avoided() -> None:
     pdb = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
            "metadata": {"name": "keep-a", "namespace": "default"},
@@ -180,3 +186,35 @@ def test_verb_drops_a_node_where_nothing_helps_and_reads_the_full_form_case_inse
 def test_verb_refuses_bad_bodies_naming_the_field(args: Any, needle: str) -> None:
     with pytest.raises(BadRequest, match=needle):
         _world_for_verb().preemption.verb(args)
+
+
+# ------------------------------------------------------------------------------------ over HTTP
+def test_filter_preempts_and_preempt_verb_answers_over_http() -> None:
+    from sched_helpers import post
+
+    from hami_core.scheduler.app import Options, Scheduler
+
+    low = running("low", "n1", 0, 24576, 1)
+    cluster = MemoryCluster(nodes=[nvidia_node("n1", gpus=1), nvidia_node("n2", gpus=1)],
+                            pods=[low, running("high", "n2", 0, 24576, 5000)])
+    svc = Scheduler(make_engine(), cluster, Options(host="127.0.0.1", port=0, metrics_host="127.0.0.1",
+                                                     metrics_port=0, sync_wait_s=2.0))
+    svc.start()
+    try:
+        pod = cluster.add_pod(vip())
+        status, _, result = post(svc.server.url + "/filter", {"Pod": pod, "NodeNames": ["n1", "n2"]})
+        assert status == 200
+        assert result["NodeNames"] is None
+        assert set(result["FailedNodes"]) == {"n1"} and set(result["FailedAndUnresolvableNodes"]) == {"n2"}
+        assert {p["metadata"]["name"] for p in cluster.list_pods()} == {"high", "vip"}
+        assert cluster.get_pod("default", "vip")["status"]["nominatedNodeName"] == "n1"
+        assert any(e["reason"] == "Preempted" and e["involvedObject"]["name"] == "low" for e in cluster.events)
+
+        two = vip(gpus=2)
+        status, _, result = post(svc.server.url + "/preempt", {
+            "Pod": two, "NodeNameToMetaVictims": {"n2": {"Pods": [{"UID": "uid-default-high"}]}}})
+        assert status == 200 and result == {"NodeNameToMetaVictims": {}}  # one card: no eviction gives it two
+        status, _, text = post(svc.server.url + "/preempt", {"Pod": 3})
+        assert status == 400 and "ExtenderPreemptionArgs.Pod must be a Pod object" in text
+    finally:
+        svc.stop()

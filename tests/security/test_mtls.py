@@ -69,7 +69,8 @@ def test_a_client_certificate_of_the_client_ca_is_served(make_server: Callable[.
 def test_no_client_certificate_gets_401_but_probes_are_served(make_server: Callable[..., Any], pki: Pki) -> None:
     server = _mtls_server(make_server, pki)
     ctx = _ctx(pki)
-    for path, body in (("/filter", FILTER), ("/bind", b'{"PodName":"p"}'), ("/webhook", REVIEW)):
+    for path, body in (("/filter", FILTER), ("/bind", b'{"PodName":"p"}'), ("/preempt", b'{"Pod":{}}'),
+                       ("/webhook", REVIEW)):
         status, text, _ = _call(server, ctx, "POST", path, body)
         assert status == 401 and text.count("\n") == 1, (path, text)
         assert "needs authentication" in text and "client certificate" in text
@@ -130,6 +131,9 @@ def test_a_token_alone_protects_the_extender_and_leaves_the_webhook_open(make_se
     server = make_server(auth=Auth.of(None, str(tokens)))
     assert _call(server, None, "POST", "/filter", FILTER)[0] == 401
     assert _call(server, None, "POST", "/bind", b'{"PodName":"p"}')[0] == 401
+    # /preempt deletes pods: the same token guards it
+    assert _call(server, None, "POST", "/preempt", b'{"Pod":{}}')[0] == 401
+    assert _call(server, None, "POST", "/preempt", b'{"Pod":{}}', {"Authorization": "Bearer s3cret"})[0] == 200
     assert _call(server, None, "POST", "/filter", FILTER, {"Authorization": "Bearer s3cret"})[0] == 200
     assert _call(server, None, "POST", "/webhook", REVIEW)[0] == 200
 
