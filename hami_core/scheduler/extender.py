@@ -580,6 +580,8 @@ class Extender:
         if self.nudger is not None:
             self._nudge(event, pod)
         if event != "DELETED":
+            if self.preemption is not None:
+                self.preemption.on_pending(pod)
             return
         ref, uid = PodRef.of(pod), str(metadata(pod).get("uid") or "")
         with self.lock:

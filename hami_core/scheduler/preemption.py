@@ -100,6 +100,8 @@ class Preemption:
         #: decisions by result (:data:`PREEMPTION_RESULTS`) and pods evicted, for /metrics
         self.results: Counter[str] = Counter()
         self.victims_total = 0
+        # (pod key, node) of the nominations on_pending has tried to hold room for
+        self._tried: set[tuple[str, str]] = set()
 
     # ------------------------------------------------------------------------------------ eligibility
     @staticmethod
@@ -237,6 +239,30 @@ class Preemption:
         self.engine.hold(pod, decision)
         log.info("pod %s: holding its room on nominated node %s", pod_ref(pod), node)
         return True
+
+    def on_pending(self, pod: Mapping[str, Any]) -> None:
+        """A Pod watch event: a pending pod nominated to a node where it holds no room (kube-scheduler's own
+        nomination, or ours before a restart) gets a hold, with that node's terminating pods left out. Tried once
+        per pod and node (it reads the node's pods), not on every update."""
+        status = pod.get("status")
+        node = status.get("nominatedNodeName") if isinstance(status, Mapping) else None
+        spec = pod.get("spec")
+        if not node or not isinstance(node, str) or (isinstance(spec, Mapping) and spec.get("nodeName")):
+            return
+        attempt = (pod_key(pod), node)
+        with self.lock:
+            if attempt in self._tried or self.engine.held_node(pod) == node or self.engine.requests(pod).empty:
+                return
+            self._tried.add(attempt)
+            if len(self._tried) > 10_000:  # bounded memo: forget the oldest attempts' set wholesale
+                self._tried = {attempt}
+        try:
+            going = terminating_keys(self.cluster.pods_on_node(node))
+        except HamiError as exc:
+            log.warning("preemption: cannot read the pods of node %s for %s: %s", node, pod_ref(pod), exc)
+            return
+        with self.lock:
+            self.adopt(pod, going)
 
     # ------------------------------------------------------------------------------------ /preempt
     def verb(self, args: Mapping[str, Any]) -> dict[str, Any]:

@@ -218,3 +218,28 @@ def test_filter_preempts_and_preempt_verb_answers_over_http() -> None:
         assert status == 400 and "ExtenderPreemptionArgs.Pod must be a Pod object" in text
     finally:
         svc.stop()
+
+
+def test_a_restarted_scheduler_holds_room_for_a_nominated_pod_from_the_watch() -> None:
+    from hami_core.scheduler.app import Options, Scheduler
+
+    victim = running("low", "n1", 0, 24576, 1)
+    victim["metadata"]["deletionTimestamp"] = "2026-12-03T00:00:00Z"  # being deleted: kubelet has not confirmed
+    pod = vip()
+    pod["status"]["nominatedNodeName"] = "n1"
+    cluster = MemoryCluster(nodes=[nvidia_node("n1", gpus=1)], pods=[victim, pod])
+    svc = Scheduler(make_engine(), cluster, Options(host="127.0.0.1", port=0, metrics_host="127.0.0.1",
+                                                     metrics_port=0, sync_wait_s=2.0))
+    svc.start()
+    try:
+        assert svc.sync.wait_synced(5)
+        engine = svc.extender.engine
+        with svc.lock:
+            assert engine.held_node(pod) == "n1"
+        cluster.delete_pod("default", "low")
+        late = cluster.add_pod(gpu_pod("late", mem=24576))
+        with svc.lock:
+            assert not engine.schedule(late, ["n1"]).ok  # the freed card waits for vip
+            assert engine.refilter(pod, ["n1"]).ok
+    finally:
+        svc.stop()
