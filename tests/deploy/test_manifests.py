@@ -166,7 +166,7 @@ def test_extender_stanza() -> None:
     assert [p["schedulerName"] for p in cfg["profiles"]] == ["hami-scheduler"]
     assert cfg["leaderElection"]["resourceName"] == "hami-scheduler"
     (ext,) = cfg["extenders"]
-    assert ext["filterVerb"] == "filter" and ext["bindVerb"] == "bind"
+    assert ext["filterVerb"] == "filter" and ext["bindVerb"] == "bind" and ext["preemptVerb"] == "preempt"
     assert ext["nodeCacheCapable"] is True
     assert "prioritizeVerb" not in ext and "preemptVerb" not in ext
     assert ext.get("ignorable", False) is False

@@ -147,6 +147,7 @@ extenders:
   - urlPrefix: https://127.0.0.1:{{ .Values.scheduler.extender.extenderPort }}
     filterVerb: filter
     bindVerb: bind
+    preemptVerb: preempt
     enableHTTPS: true
     tlsConfig:
       insecure: true
