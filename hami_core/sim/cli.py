@@ -189,8 +189,8 @@ def _inputs(args: argparse.Namespace, config: EngineConfig, plugins: Any) -> tup
     if args.trace_pods:
         tasks = [from_task(t) for t in openb.load_tasks(args.trace_pods, strict=args.strict, skipped=skipped)]
         workload = args.trace_pods
-        if args.cluster:  # YAML nodes under a trace workload: their vendors too
-            config = with_vendor_defaults(config, plugins, nodes, [])
+        if args.cluster:  # YAML nodes under a trace workload: their vendors and the tasks' (NVIDIA) too
+            config = with_vendor_defaults(config, plugins, nodes, [t.pod for t in tasks])
     else:
         pods, workload = load_file(args.workload, default="workload.yaml", kind="Pod", strict=args.strict,
                                    skipped=skipped)
