@@ -211,7 +211,10 @@ class Routes:
         handlers: dict[str, Callable[[Any], dict[str, Any]]] = {}
         if serves & EXTENDER_ROUTES:
             assert extender is not None, "the extender routes need an extender"
-            handlers.update({"/filter": extender.filter, "/bind": extender.bind, "/preempt": extender.preempt})
+            handlers.update({"/filter": extender.filter, "/bind": extender.bind})
+            preempt = getattr(extender, "preempt", None)  # an extender without the verb serves the other two
+            if preempt is not None:
+                handlers["/preempt"] = preempt
         if "/webhook" in serves:
             assert webhook is not None, "/webhook needs a webhook"
             handlers["/webhook"] = webhook.review

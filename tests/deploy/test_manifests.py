@@ -168,7 +168,7 @@ def test_extender_stanza() -> None:
     (ext,) = cfg["extenders"]
     assert ext["filterVerb"] == "filter" and ext["bindVerb"] == "bind" and ext["preemptVerb"] == "preempt"
     assert ext["nodeCacheCapable"] is True
-    assert "prioritizeVerb" not in ext and "preemptVerb" not in ext
+    assert "prioritizeVerb" not in ext
     assert ext.get("ignorable", False) is False
     assert ext["httpTimeout"] == "30s"
     managed = {m["name"]: m for m in ext["managedResources"]}
@@ -360,7 +360,7 @@ def _kube_methods() -> dict[str, set[tuple[str, str]]]:
         if not isinstance(fn, ast.FunctionDef):
             continue
         calls = {n.attr for n in ast.walk(fn) if isinstance(n, ast.Attribute)
-                 and isinstance(n.value, ast.Attribute) and n.value.attr == "core"}
+                 and isinstance(n.value, ast.Attribute) and n.value.attr in ("core", "policy")}
         perms = {_client_call(c) for c in calls if c != "api_client"}
         for n in ast.walk(fn):   # list_nodes/list_pods go through self._list("Node"/"Pod")
             if (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "_list"
