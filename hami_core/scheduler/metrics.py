@@ -41,6 +41,7 @@ from hami_core.engine.facade import Engine
 from hami_core.plugins.types import MigInstance
 from hami_core.scheduler.extender import Extender
 from hami_core.scheduler.nodelock import NodeLocker
+from hami_core.scheduler.preemption import PREEMPTION_RESULTS
 from hami_core.scheduler.reqmetrics import RequestMetrics
 
 __all__ = ["CHEAP_RENDER_S", "METRICS_CONNECTIONS", "METRICS_SCRAPES", "EngineCollector", "LockWaitCollector",
@@ -248,6 +249,21 @@ class ExtenderCollector(Collector):
                                      "hold yet (read from the API server instead)")
         misses.add_metric([], self.extender.view_misses)
         yield from (refused, misses)
+        preemption = self.extender.preemption
+        if preemption is None:
+            return
+        decisions = CounterMetricFamily("hami_preemption_decisions", "Preemption decisions by result: preempted "
+                                        "(victims evicted, room held), no_victims, not_eligible, held (victims still "
+                                        "terminating), failed; verb_node_kept / verb_node_dropped per node of "
+                                        "kube-scheduler's preempt calls", labels=["result"])
+        for result in PREEMPTION_RESULTS:
+            decisions.add_metric([result], preemption.results.get(result, 0))
+        victims = CounterMetricFamily("hami_preemption_victims", "Pods evicted by hami's device-aware preemption")
+        victims.add_metric([], preemption.victims_total)
+        holds = GaugeMetricFamily("hami_preemption_holds", "Preemptors whose room is held until they bind")
+        with self.extender.lock:
+            holds.add_metric([], len(self.extender.engine.holds()))
+        yield from (decisions, victims, holds)
 
 
 def register_runtime(registry: CollectorRegistry) -> None:

@@ -216,6 +216,15 @@ def test_filter_preempts_and_preempt_verb_answers_over_http() -> None:
         assert status == 200 and result == {"NodeNameToMetaVictims": {}}  # one card: no eviction gives it two
         status, _, text = post(svc.server.url + "/preempt", {"Pod": 3})
         assert status == 400 and "ExtenderPreemptionArgs.Pod must be a Pod object" in text
+
+        import urllib.request
+
+        assert svc.metrics_url is not None
+        with urllib.request.urlopen(svc.metrics_url, timeout=10) as resp:
+            metrics = resp.read().decode()
+        assert 'hami_preemption_decisions_total{result="preempted"} 1.0' in metrics
+        assert "hami_preemption_victims_total 1.0" in metrics
+        assert "hami_preemption_holds 1.0" in metrics
     finally:
         svc.stop()
 
