@@ -12,7 +12,7 @@ The layers, lowest first; a module imports its own layer and those below, never 
 5. ``cluster``: hami_core.cluster, hami_core.cmdline (what the components' commands share)
 6. ``component``: hami_core.scheduler, hami_core.node, hami_core.sim, hami_core.monitor; peers that do not
    import one another
-7. ``top``: hami_core.cli, hami_core.pluginreport, hami_core.devicesdoc, hami_core.testing
+7. ``top``: hami_core.cli, hami_core.pluginreport, hami_core.explain, hami_core.devicesdoc, hami_core.testing
 
 Besides: nothing up to ``engine`` imports a network or Kubernetes library; importing any hami_core.scheduler
 module, or any vendor's entry-point module (the scheduler loads them all), never imports gRPC or NVML; a vendor
@@ -48,7 +48,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("engine", ("hami_core.engine", "hami_core.default_plugins", "hami_core.policies")),
     ("cluster", ("hami_core.cluster", "hami_core.cmdline")),
     ("component", ("hami_core.scheduler", "hami_core.node", "hami_core.sim", "hami_core.monitor")),
-    ("top", ("hami_core.cli", "hami_core.pluginreport", "hami_core.devicesdoc", "hami_core.testing")),
+    ("top", ("hami_core.cli", "hami_core.pluginreport", "hami_core.explain", "hami_core.devicesdoc",
+             "hami_core.testing")),
 )
 #: What ``hami_core/__init__.py`` exports lazily (``__getattr__``), and from where.
 ROOT_LAZY = {"Engine": "hami_core.engine.facade", "Decision": "hami_core.engine.facade",

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from hami_core.engine.facade import Engine
 
 __all__ = ["EXACT_LIMIT", "Candidate", "VictimChoice", "candidates_on", "choose_victims", "placed_candidates",
-           "pod_priority", "preemption_can_help", "without"]
+           "pod_priority", "preemption_can_help", "rank_choice", "without"]
 
 #: Subsets of up to this many useful candidates are searched exhaustively (2**12 fits at worst, about a second).
 EXACT_LIMIT = 12
@@ -110,6 +110,14 @@ def choose_victims(engine: Engine, pod: Mapping[str, Any], node: str, candidates
         return VictimChoice(node, False, reason="the pod does not fit even with every lower-priority pod gone")
     victims = _exact(engine, pod, node, useful) if len(useful) <= exact_limit else _reprieve(engine, pod, node, useful)
     return VictimChoice(node, True, tuple(sorted(victims, key=lambda c: (c.priority, c.ref))))
+
+
+def rank_choice(choice: VictimChoice, pdb: int = 0) -> tuple[int, int, int, int, str]:
+    """How good a node's victims are, lowest first, in kube-scheduler's order (pickOneNodeForPreemption): fewest
+    PDB violations (``pdb``), lowest highest-priority victim, lowest sum of priorities, fewest victims; then the
+    node name, for a deterministic choice."""
+    prios = [v.priority for v in choice.victims]
+    return (pdb, max(prios), sum(prios), len(prios), choice.node)
 
 
 def _useful(engine: Engine, pod: Mapping[str, Any], node: str, candidates: Sequence[Candidate],

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from hami_core.cluster.base import ConflictError, NotFoundError
 from hami_core.engine.pods import metadata, pod_priority
-from hami_core.engine.preempt import Candidate, VictimChoice, choose_victims, placed_candidates, without
+from hami_core.engine.preempt import Candidate, VictimChoice, choose_victims, placed_candidates, rank_choice, without
 from hami_core.plugins.errors import HamiError
 from hami_core.plugins.objects import pod_key, pod_ref
 from hami_core.scheduler.extwire import BadRequest, lower_keys
@@ -75,13 +75,6 @@ class Preempted:
     node: str
     victims: tuple[Candidate, ...]
     pdb_violations: int
-
-
-def _rank(choice: VictimChoice, pdb: int = 0) -> tuple[int, int, int, int, str]:
-    # kube-scheduler's pickOneNodeForPreemption order: fewest PDB violations, lowest highest-priority victim, lowest
-    # sum of priorities, fewest victims; then the node name, for a deterministic choice.
-    prios = [v.priority for v in choice.victims]
-    return (pdb, max(prios), sum(prios), len(prios), choice.node)
 
 
 class Preemption:
@@ -170,7 +163,7 @@ class Preemption:
             choice = choose_victims(self.engine, pod, node, candidates, exact_limit=self.exact_limit)
             if choice.fits and choice.victims:
                 options.append(choice)
-        return sorted(options, key=_rank)
+        return sorted(options, key=rank_choice)
 
     def _with_pdbs(self, options: list[VictimChoice]) -> tuple[VictimChoice, int]:
         try:
@@ -183,7 +176,7 @@ class Preemption:
         ranked = []
         for choice in options[:PDB_NODES]:
             count = sum(violations(self._victim_objects(choice), pdbs))
-            ranked.append((_rank(choice, count), choice, count))
+            ranked.append((rank_choice(choice, count), choice, count))
         ranked.sort(key=lambda item: item[0])
         return ranked[0][1], ranked[0][2]
 

@@ -265,7 +265,7 @@ def run(args: argparse.Namespace) -> int:
                             keep_placements=single, quotas=quotas, fgd_mix=args.fgd_mix,
                             protocol=args.protocol, cpu_pods=args.cpu_pods)
     if args.explain:
-        from hami_core.explain import print_explanation
+        from hami_core.engine.explainview import print_explanation
         from hami_core.sim.explain import explain_arrival
 
         print_explanation(explain_arrival(experiment, args.explain), output="json" if args.json else "table")
