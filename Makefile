@@ -43,7 +43,10 @@ e2e-bin:
 	@$(E2E_BUILD)
 
 # The e2e tier: tests/e2e against that control plane (needs Go to build it once; see README).
+# e2e/sysdeps.sh installs Debian's prometheus when missing (as root; otherwise it says what to install), which
+# tests/e2e/test_prometheus.py drives.
 e2e: setup
+	@e2e/sysdeps.sh prometheus
 	@helm="$$($(HELM_BUILD) | tail -n 1)/helm" && bin="$$($(E2E_BUILD) | tail -n 1)" && test -n "$$bin" && \
 		HAMI_HELM="$$helm" HAMI_E2E_BIN="$$bin" HAMI_E2E_REQUIRE=1 $(BIN)/pytest -m e2e tests/e2e $(E2E_ARGS)
 

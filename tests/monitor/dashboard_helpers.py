@@ -6,12 +6,15 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 DASHBOARDS = Path(__file__).resolve().parents[2] / "charts" / "hami-py" / "dashboards"
 #: metric name prefixes the dashboards read (PromQL functions and label names never start with these)
 PREFIXES = ("hami_", "process_", "python_")
 _NAME = re.compile(r"\b((?:hami|process|python)_[a-zA-Z0-9_]*)\b")
+#: the GPU of :class:`FakeNvml` (and of the shared regions the tests write for it)
+UUID = "GPU-00000000-1111-2222-3333-444444444444"
 _LABEL_VALUES = re.compile(r"^label_values\(\s*(?P<selector>.+?)\s*,\s*(?P<label>[a-zA-Z_][a-zA-Z0-9_]*)\s*\)$")
 
 
@@ -56,3 +59,27 @@ def substitute(expr: str, variables: dict[str, str] | None = None, rate_interval
         return variables.get(m["name"], ".*")
 
     return re.sub(r"\$\{?(?P<name>[a-zA-Z_][a-zA-Z0-9_]*)\}?", one, expr)
+
+
+class FakeNvml:
+    """One GPU, as pynvml spells the calls NvmlSource makes (the host series need a driver the tests do not have)."""
+
+    def nvmlInit(self) -> None: ...
+    def nvmlShutdown(self) -> None: ...
+    def nvmlDeviceGetCount(self) -> int:
+        return 1
+
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> int:
+        return i
+
+    def nvmlDeviceGetUUID(self, h: int) -> str:
+        return UUID
+
+    def nvmlDeviceGetName(self, h: int) -> str:
+        return "NVIDIA A10"
+
+    def nvmlDeviceGetMemoryInfo(self, h: int) -> SimpleNamespace:
+        return SimpleNamespace(total=24 << 30, used=3 << 30)
+
+    def nvmlDeviceGetUtilizationRates(self, h: int) -> SimpleNamespace:
+        return SimpleNamespace(gpu=40, memory=10)
