@@ -155,6 +155,14 @@ class Engine:
         self._holds.pop(pod_key(pod), None)
         self.state.remove_pod(pod)
 
+    def mark_placed(self, pod: Mapping[str, Any]) -> None:
+        """Count a reserved pod as placed: a candidate victim of preemption at its ``spec.priority``. A scheduler's
+        watch does this when the pod's allocation is written; an embedder that never writes one (the simulator)
+        calls this after :meth:`reserve`."""
+        from hami_core.engine.pods import pod_priority
+
+        self.state.priorities[pod_key(pod)] = pod_priority(pod)
+
     # ------------------------------------------------------------------------------- preemption holds
     def hold(self, pod: Mapping[str, Any], decision: Decision) -> None:
         """Reserve ``decision`` for a preemptor while its victims terminate: booked like :meth:`reserve` (on top of

@@ -579,9 +579,12 @@ class Extender:
         self.inflight.on_pod_event(event, pod)
         if self.nudger is not None:
             self._nudge(event, pod)
-        if event != "DELETED":
-            if self.preemption is not None:
+        if self.preemption is not None:
+            if event != "DELETED":
                 self.preemption.on_pending(pod)
+            else:
+                self.preemption.forget(pod)
+        if event != "DELETED":
             return
         ref, uid = PodRef.of(pod), str(metadata(pod).get("uid") or "")
         with self.lock:

@@ -95,6 +95,8 @@ class Preemption:
         self.victims_total = 0
         # (pod key, node) of the nominations on_pending has tried to hold room for
         self._tried: set[tuple[str, str]] = set()
+        # preemptors whose hold's nomination a watch event has shown (a later event without it releases the hold)
+        self._nominated: set[str] = set()
 
     # ------------------------------------------------------------------------------------ eligibility
     @staticmethod
@@ -239,10 +241,26 @@ class Preemption:
         per pod and node (it reads the node's pods), not on every update."""
         status = pod.get("status")
         node = status.get("nominatedNodeName") if isinstance(status, Mapping) else None
+        node = node if isinstance(node, str) and node else None
         spec = pod.get("spec")
-        if not node or not isinstance(node, str) or (isinstance(spec, Mapping) and spec.get("nodeName")):
+        key = pod_key(pod)
+        if isinstance(spec, Mapping) and spec.get("nodeName"):
+            self.forget(pod)  # bound: the placement took the hold over
             return
-        attempt = (pod_key(pod), node)
+        with self.lock:
+            held = self.engine.held_node(pod)
+            if held is not None and held == node:
+                self._nominated.add(key)  # the nomination that backs the hold has been seen
+                return
+            if held is not None and (node is not None or key in self._nominated):
+                # the nomination went (kube-scheduler cleared it, or nominated another node): so does the room.
+                # A hold whose nomination was never seen yet is our own, whose status patch is still on its way.
+                self.engine.release_hold(pod)
+                self._nominated.discard(key)
+                log.info("pod %s: nomination to %s gone; its held room is released", pod_ref(pod), held)
+        if node is None:
+            return
+        attempt = (key, node)
         with self.lock:
             if attempt in self._tried or self.engine.held_node(pod) == node or self.engine.requests(pod).empty:
                 return
@@ -256,6 +274,11 @@ class Preemption:
             return
         with self.lock:
             self.adopt(pod, going)
+
+    def forget(self, pod: Mapping[str, Any]) -> None:
+        """The pod is bound or gone: drop what :meth:`on_pending` remembers of it."""
+        with self.lock:
+            self._nominated.discard(pod_key(pod))
 
     # ------------------------------------------------------------------------------------ /preempt
     def verb(self, args: Mapping[str, Any]) -> dict[str, Any]:

@@ -40,6 +40,7 @@ from hami_core.sim.experiment import (
 )
 from hami_core.sim.loader import InputError, bundled, load_file
 from hami_core.sim.mix import MIX_SOURCES, write_mix
+from hami_core.sim.priority import resolve_priorities
 from hami_core.sim.replay import CPU_POD_PLACEMENTS
 from hami_core.sim.report import print_single, report_json, summary_table, usage_json
 from hami_core.sim.vendors import with_vendor_defaults
@@ -129,6 +130,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "packs them, spread spreads them, fgd ranks them, as the FGD paper's simulator places "
                           "every task), or as kube-scheduler's default does in a cluster, where HAMi's extender never "
                           "sees them (least-allocated: the node with the most free CPU and memory)")
+    run.add_argument("--preemption", action="store_true",
+                     help="a pod that fits nowhere preempts, as kube-scheduler with hami's device-aware victim "
+                          "choice: the fewest lower-priority pods whose devices it needs are evicted (not "
+                          "resubmitted). Priorities: spec.priority or priorityClassName (PriorityClass objects in the "
+                          "workload file), or the openb trace's qos column (LS, Guaranteed 2000; Burstable 1000; BE 0)")
     out = parser.add_argument_group("output")
     out.add_argument("--report", metavar="PATH", help="write the JSON report here")
     out.add_argument("--html", metavar="PATH", help="write a self-contained HTML report with charts here")
@@ -192,8 +198,10 @@ def _inputs(args: argparse.Namespace, config: EngineConfig, plugins: Any) -> tup
         if args.cluster:  # YAML nodes under a trace workload: their vendors and the tasks' (NVIDIA) too
             config = with_vendor_defaults(config, plugins, nodes, [t.pod for t in tasks])
     else:
-        pods, workload = load_file(args.workload, default="workload.yaml", kind="Pod", strict=args.strict,
-                                   skipped=skipped)
+        objects, workload = load_file(args.workload, default="workload.yaml", kind=("Pod", "PriorityClass"),
+                                      strict=args.strict, skipped=skipped)
+        pods = [o for o in objects if o.get("kind", "Pod") == "Pod"]
+        resolve_priorities(pods, [o for o in objects if o.get("kind") == "PriorityClass"], source=workload)
         for i, pod in enumerate(pods):
             meta = pod.setdefault("metadata", {})
             meta.setdefault("uid", f"sim-{i:06d}")
@@ -259,11 +267,12 @@ def run(args: argparse.Namespace) -> int:
     config, nodes, quotas, tasks, inputs = _inputs(args, config, plugins)
     inputs.update(mode=mode, seeds=seeds, inflate=args.inflate if mode == "openb" else None,
                   policies=[p.label for p in policies], fgd_mix=args.fgd_mix, cpu_pods=args.cpu_pods,
+                  preemption=args.preemption,
                   protocol=args.protocol if mode == "openb" else None)
     single = seeds is None and len(policies) == 1 and len(tasks) <= DETAIL_LIMIT
     experiment = Experiment(config, plugins, nodes, tasks, policies, seeds=seeds, inflate=args.inflate,
                             keep_placements=single, quotas=quotas, fgd_mix=args.fgd_mix,
-                            protocol=args.protocol, cpu_pods=args.cpu_pods)
+                            protocol=args.protocol, cpu_pods=args.cpu_pods, preemption=args.preemption)
     if args.explain:
         from hami_core.engine.explainview import print_explanation
         from hami_core.sim.explain import explain_arrival
@@ -304,7 +313,8 @@ def run(args: argparse.Namespace) -> int:
               f"({inputs['tasks']} pods)   mode: {mode}" + (f"   seeds: {seeds}" if seeds else "")
               + (f"   fgd mix: given from the task list ({args.fgd_mix})" if args.fgd_mix != "online" else "")
               + ("   protocol: the FGD paper's" if args.protocol == "paper" else "")
-              + ("   CPU-only pods: least allocated" if args.cpu_pods != "policy" else ""))
+              + ("   CPU-only pods: least allocated" if args.cpu_pods != "policy" else "")
+              + ("   preemption: on" if args.preemption else ""))
     if single and runs[0].engine is not None:
         print_single(console, runs[0].engine, runs[0], header)
     else:

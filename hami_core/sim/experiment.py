@@ -131,6 +131,8 @@ class Experiment:
     protocol: str = "shuffled"
     #: Where pods without devices go (:data:`~hami_core.sim.replay.CPU_POD_PLACEMENTS`).
     cpu_pods: str = "policy"
+    #: ``--preemption``: a pod that fits nowhere evicts the fewest lower-priority pods whose devices it needs
+    preemption: bool = False
 
     def __post_init__(self) -> None:
         if self.protocol not in PROTOCOLS:
@@ -188,7 +190,8 @@ class Experiment:
         """One run; ``progress`` gets the share of this run done since its last call (0..1 in total);
         ``task_lists`` caches each seed's task list across the policies of a serial experiment."""
         replay = Replay(self.engine(policy, mix), self.nodes_for(seed), policy=policy.label, seed=seed,
-                        keep_placements=self.keep_placements, cpu_pods=self.cpu_pods)
+                        keep_placements=self.keep_placements, cpu_pods=self.cpu_pods,
+                        preemption=self.preemption)
         cache = task_lists if task_lists is not None else {}
         if seed not in cache:
             cache[seed] = self.task_list(seed, replay.result.capacity_milli)

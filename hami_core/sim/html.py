@@ -350,8 +350,9 @@ def _single_run(report: Mapping[str, Any], run: Mapping[str, Any]) -> str:
     requested = sum(1 for p in run["placements"] if not p["skipped"])
     placed = sum(1 for p in run["placements"] if p["node"] and not p["skipped"])
     frag = run["curve"][-1]["fragmentation"] if run["curve"] else 0.0
-    parts.insert(0, f'<p class="verdict"><b>{placed}/{requested}</b> pods requesting devices were placed; GPU '
-                    f'allocation {run["final_gpu_allocation_ratio"]:.2f}%, fragmentation {frag:.2f}%.</p>')
+    evicted = f" ({run['evicted']} of them evicted later by preemption)" if run.get("evicted") else ""
+    parts.insert(0, f'<p class="verdict"><b>{placed}/{requested}</b> pods requesting devices were placed{evicted}; '
+                    f'GPU allocation {run["final_gpu_allocation_ratio"]:.2f}%, fragmentation {frag:.2f}%.</p>')
     nodes = report.get("nodes") or {}
     if nodes:
         usage = []

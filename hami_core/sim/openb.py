@@ -31,6 +31,10 @@ MODEL_MEMORY_MIB = {"P100": 16384, "T4": 15360, "V100M16": 16384, "V100M32": 327
 DEFAULT_MEMORY_MIB = 16384
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
+#: The trace's ``qos`` column as a pod priority (what ``hami simulate --preemption`` ranks victims by): the
+#: latency-sensitive online services (LS) and Guaranteed pods outrank Burstable ones, which outrank best-effort
+#: batch work (BE). The trace publishes no priorities of its own; an unknown class counts as BE.
+QOS_PRIORITY = {"LS": 2000, "Guaranteed": 2000, "Burstable": 1000, "BE": 0}
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +47,7 @@ class Task:
     num_gpu: int
     gpu_milli: int
     gpu_spec: str = ""
+    qos: str = ""
 
     @property
     def gpu_demand(self) -> int:
@@ -141,7 +146,7 @@ def load_tasks(path: str | Path, *, strict: bool = False, skipped: list[str] | N
         if milli % 10:
             raise RowError(f"{p}:{line}: field 'gpu_milli' must be a multiple of 10 (1 % of a GPU), got {milli}")
         return Task(name, _int(p, line, row, "cpu_milli"), _int(p, line, row, "memory_mib"), num_gpu,
-                    milli if num_gpu else 0, (row.get("gpu_spec") or "").strip())
+                    milli if num_gpu else 0, (row.get("gpu_spec") or "").strip(), (row.get("qos") or "").strip())
 
     return _collect(_rows(p, POD_COLUMNS), parse, strict=strict, skipped=skipped if skipped is not None else [])
 
@@ -179,4 +184,4 @@ def pod_object(task: Task, *, uid: str | None = None) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": task.name, "namespace": "openb", "uid": uid or task.name,
                          "annotations": annotations},
-            "spec": {"containers": [container]}}
+            "spec": {"containers": [container], "priority": QOS_PRIORITY.get(task.qos, 0)}}

@@ -18,6 +18,7 @@ import numpy as np
 
 from hami_core.engine.decision import Decision
 from hami_core.engine.facade import Engine
+from hami_core.engine.pods import pod_key, pod_priority
 from hami_core.plugins.errors import AdmissionDenied, AdmissionFailed
 from hami_core.sim.fragmentation import FULL, FragmentationModel, TaskClass
 from hami_core.sim.workload import SimPod
@@ -34,6 +35,10 @@ CHECKPOINT_STEP = 5.0
 #: kube-scheduler's default scoring does in a cluster, where HAMi's extender never sees them (``least-allocated``:
 #: the node with the most free CPU and memory).
 CPU_POD_PLACEMENTS = ("policy", "least-allocated")
+#: ``--preemption``: victims are worked out on at most this many nodes per pod (kube-scheduler samples candidate
+#: nodes too), each with an exact search over at most this many useful candidates.
+PREEMPT_CANDIDATE_NODES = 10
+PREEMPT_EXACT_LIMIT = 6
 
 
 @dataclass(slots=True)
@@ -42,6 +47,9 @@ class Placed:
     node: str | None
     reason: str = ""
     decision: Decision | None = None
+    #: ``--preemption``: the pods this one evicted to be placed, and the pod that later evicted this one
+    preempted: tuple[str, ...] = ()
+    evicted_by: str = ""
 
 
 @dataclass(slots=True)
@@ -69,6 +77,10 @@ class RunResult:
     quotas: list[dict[str, Any]] = field(default_factory=list)
     #: The engine that ran, kept with the placements (single detailed runs) so its usage can be shown.
     engine: Any = field(default=None, repr=False)
+    #: ``--preemption``: pods placed by evicting lower-priority ones, the pods evicted and the GPU milli they held
+    preemptions: int = 0
+    evicted: int = 0
+    evicted_milli: int = 0
 
     @property
     def final_ratio(self) -> float:
@@ -91,12 +103,15 @@ class Replay:
 
     def __init__(self, engine: Engine, nodes: Sequence[Mapping[str, Any]], *, policy: str, seed: int | None,
                  classes: Sequence[TaskClass] = (), keep_placements: bool = False,
-                 cpu_pods: str = "policy") -> None:
+                 cpu_pods: str = "policy", preemption: bool = False) -> None:
         if cpu_pods not in CPU_POD_PLACEMENTS:
             raise ValueError(f"cpu_pods must be one of {', '.join(CPU_POD_PLACEMENTS)}, got {cpu_pods!r}")
         self.engine = engine
         self.cpu_pods = cpu_pods
         self.keep = keep_placements
+        self.preemption = preemption
+        # placed GPU pods by ledger key: (task, admitted pod, node, its placement), the victims preemption may pick
+        self.live: dict[str, tuple[SimPod, Mapping[str, Any], str, Placed]] = {}
         self.names: list[str] = []
         cpu, mem = [], []
         for node in nodes:
@@ -215,18 +230,78 @@ class Replay:
             # The engine counts every placed pod's CPU and memory (its scheduler watches all pods).
             engine.upsert_pod({**pod, "spec": {**(pod.get("spec") or {}), "nodeName": node}})
             return Placed(task.name, node, "", decision)
+        victims: tuple[str, ...] = ()
+        if decision.node is None and self.preemption and not decision.error:
+            preempted = self._preempt(pod, task)
+            if preempted is not None:
+                decision, victims = preempted
         if decision.node is None:
             return Placed(task.name, None, decision.error or dominant_reason(decision.failed), decision)
         engine.reserve(pod, decision)
+        engine.mark_placed(pod)
+        placed = Placed(task.name, decision.node, "", decision, preempted=victims)
+        self.live[pod_key(pod)] = (task, pod, decision.node, placed)
         self._consume(decision.node, task)
-        for devs in decision.devices.values():
-            for ctr in devs:
-                for d in ctr:
-                    usage = engine.nodes[decision.node].by_uuid[d.uuid]
-                    new = self.device_share(usage)
-                    r.allocated_milli += new - self.share.get(d.uuid, 0.0)
-                    self.share[d.uuid] = new
-        return Placed(task.name, decision.node, "", decision)
+        self._reshare(decision.node)
+        return placed
+
+    def _reshare(self, node: str) -> None:
+        """Bring the allocation measure up to date with the devices of ``node``."""
+        r = self.result
+        for usage in self.engine.nodes[node].by_uuid.values():
+            new = self.device_share(usage)
+            r.allocated_milli += new - self.share.get(usage.id, 0.0)
+            self.share[usage.id] = new
+
+    def _preempt(self, pod: Mapping[str, Any], task: SimPod) -> tuple[Decision, tuple[str, ...]] | None:
+        """kube-scheduler's preemption with hami's device-aware victim choice (hami_core.engine.preempt): among up
+        to :data:`PREEMPT_CANDIDATE_NODES` nodes where some set of lower-priority pods makes room (CPU and memory
+        included), the node whose victims rank best; the victims are evicted (not resubmitted) and the pod placed.
+        A node short of CPU or memory alone is not preempted on: the victims are chosen for the devices."""
+        from hami_core.engine.preempt import choose_victims, placed_candidates, rank_choice, without
+
+        engine, priority = self.engine, pod_priority(pod)
+        choices = []
+        for node in self.names:
+            candidates = placed_candidates(engine, node, priority)
+            if not candidates:
+                continue
+            i = self.row[node]
+            freeable = [self.live[c.key][0] for c in candidates if c.key in self.live]
+            if (self.cpu_free[i] + sum(t.cpu_milli for t in freeable) < task.cpu_milli
+                    or self.mem_free[i] + sum(t.memory_mib for t in freeable) < task.memory_mib):
+                continue
+            choice = choose_victims(engine, pod, node, candidates, exact_limit=PREEMPT_EXACT_LIMIT)
+            if choice.fits and choice.victims:
+                freed = [self.live[v.key][0] for v in choice.victims]
+                if (self.cpu_free[i] + sum(t.cpu_milli for t in freed) >= task.cpu_milli
+                        and self.mem_free[i] + sum(t.memory_mib for t in freed) >= task.memory_mib):
+                    choices.append(choice)
+                    if len(choices) >= PREEMPT_CANDIDATE_NODES:
+                        break
+        if not choices:
+            return None
+        best = min(choices, key=rank_choice)
+        with without(engine, [v.key for v in best.victims]):
+            decision = engine.schedule(pod, [best.node])
+        if not decision.ok:
+            return None
+        r = self.result
+        names = []
+        before = r.allocated_milli
+        for victim in best.victims:
+            vtask, vpod, vnode, vplaced = self.live.pop(victim.key)
+            names.append(vtask.name)
+            vplaced.evicted_by = task.name
+            engine.remove_pod(vpod)
+            i = self.row[vnode]
+            self.cpu_free[i] += vtask.cpu_milli
+            self.mem_free[i] += vtask.memory_mib
+            r.evicted += 1
+        self._reshare(best.node)
+        r.evicted_milli += round(before - r.allocated_milli)  # the GPU share the victims held, as measured
+        r.preemptions += 1
+        return decision, tuple(names)
 
     def _node_policy(self, pod: Mapping[str, Any]) -> str:
         annos = (pod.get("metadata") or {}).get("annotations") or {}

@@ -65,9 +65,14 @@ def placement_note(p: Placed) -> str:
     d = p.decision
     if d is not None and d.skipped:
         return "no managed device requested"
+    if p.evicted_by:
+        return f"evicted by {p.evicted_by}"
     if p.node is None:
         return summarize_failures(d.failed) if d is not None and d.failed and not d.error else p.reason
-    return f"score {d.scores[p.node]:.2f}" if d is not None and p.node in d.scores else ""
+    score = f"score {d.scores[p.node]:.2f}" if d is not None and p.node in d.scores else ""
+    if p.preempted:
+        return "; ".join(filter(None, [f"preempted {', '.join(p.preempted)}", score]))
+    return score
 
 
 def usage_table(engine: Engine) -> Table:
@@ -107,8 +112,10 @@ def summary_table(runs: Sequence[RunResult], *, paper: Mapping[str, float] | Non
                 reasons[k] = reasons.get(k, 0) + v
         top = "\n".join(f"{k} {v / len(by_policy[label]):.0f}" for k, v in sorted(reasons.items(),
                                                                                  key=lambda kv: -kv[1])[:3])
+        evicted = sum(r.evicted for r in by_policy[label]) / len(by_policy[label])
+        placed = f"{s['placed']:.0f}" + (f"\n{evicted:.0f} evicted" if evicted else "")
         table.add_row(label, str(s["runs"]), at100, _pct(s["final_gpu_allocation_ratio"]),
-                      _pct(s["fragmentation_ratio_at_100"]), f"{s['placed']:.0f}", f"{s['failed']:.0f}", top,
+                      _pct(s["fragmentation_ratio_at_100"]), placed, f"{s['failed']:.0f}", top,
                       f"{s['wall_s']:.1f}", f"{s['decisions_per_s']:.0f}")
     if paper:
         table.caption = (table.caption or "") + "\nPublished (Weng et al., ATC'23, mean of 10 seeds): " + ", ".join(
@@ -126,6 +133,9 @@ def run_json(run: RunResult, policy: Policy | None) -> dict[str, Any]:
         "placed": run.placed,
         "failed": run.failed,
         "failed_by_reason": dict(sorted(run.failed_by_reason.items())),
+        "preemptions": run.preemptions,
+        "evicted": run.evicted,
+        "evicted_gpus": run.evicted_milli / 1000,
         "capacity_gpus": run.capacity_milli / 1000,
         "gpu_allocation_ratio_at_100": None if run.ratio_at_100 is None else round(run.ratio_at_100, 3),
         "final_gpu_allocation_ratio": round(run.final_ratio, 3),
@@ -144,7 +154,8 @@ def run_json(run: RunResult, policy: Policy | None) -> dict[str, Any]:
                               "skipped": bool(p.decision and p.decision.skipped),
                               "failed": dict(p.decision.failed) if p.decision and p.node is None else {},
                               "annotations": dict(p.decision.annotations) if p.decision else {},
-                              "score": _score(p), "devices": _devices_json(p), "note": placement_note(p)}
+                              "score": _score(p), "devices": _devices_json(p), "note": placement_note(p),
+                              "preempted": list(p.preempted), "evicted_by": p.evicted_by or None}
                              for p in run.placements]
     return out
 
@@ -199,5 +210,6 @@ def print_single(console: Console, engine: Engine, run: RunResult, header: str) 
         console.print(quota_table(run))
     requested = sum(1 for p in run.placements if not (p.decision and p.decision.skipped))
     placed = sum(1 for p in run.placements if p.node and not (p.decision and p.decision.skipped))
-    console.print(f"[bold]{placed}/{requested}[/] pods requesting devices were placed; GPU allocation "
+    evicted = f" ({run.evicted} of them evicted later by preemption)" if run.evicted else ""
+    console.print(f"[bold]{placed}/{requested}[/] pods requesting devices were placed{evicted}; GPU allocation "
                   f"{run.final_ratio:.2f}%, fragmentation {run.curve[-1][2] if run.curve else 0:.2f}%.")

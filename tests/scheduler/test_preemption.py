@@ -252,3 +252,47 @@ def test_a_restarted_scheduler_holds_room_for_a_nominated_pod_from_the_watch() -
             assert engine.refilter(pod, ["n1"]).ok
     finally:
         svc.stop()
+
+
+def test_the_hold_goes_with_its_nomination() -> None:
+    """Room is held until the preemptor binds or its nomination goes: an event without the nomination, once the
+    nomination has been seen, releases it; one before (our own status patch still on its way) does not."""
+    world = World([nvidia_node("n1", gpus=1)], [running("a", "n1", 0, 24576, 1)])
+    pod = vip()
+    world.cluster.add_pod(pod)
+    assert world.preemption.after_no_fit(pod, world.failed(pod)) is not None
+    world.engine.remove_pod(running("a", "n1", 0, 24576, 1))
+    world.preemption.on_pending(pod)  # an older version of the pod, without the nomination
+    assert world.engine.held_node(pod) == "n1"
+    nominated = world.cluster.get_pod("default", "vip")
+    world.preemption.on_pending(nominated)
+    assert world.engine.held_node(pod) == "n1"
+    cleared = {**nominated, "status": {**nominated["status"], "nominatedNodeName": ""}}
+    world.preemption.on_pending(cleared)  # kube-scheduler cleared the nomination
+    assert world.engine.held_node(pod) is None
+    late = gpu_pod("late", mem=24576)
+    late["spec"]["priority"] = 1
+    assert world.engine.schedule(late, ["n1"]).ok  # the room is free for anyone again
+    # a bound preemptor and a deleted one leave nothing behind
+    world.preemption.on_pending(nominated)
+    world.preemption.forget(pod)
+    assert not world.preemption._nominated
+
+
+def test_a_nomination_moved_to_another_node_moves_the_hold() -> None:
+    nodes = [nvidia_node("n1", gpus=1), nvidia_node("n2", gpus=1)]
+    world = World(nodes, [running("a", "n1", 0, 24576, 1), running("b", "n2", 0, 24576, 1)])
+    pod = vip()
+    world.cluster.add_pod(pod)
+    done = world.preemption.after_no_fit(pod, world.failed(pod))
+    assert done is not None and done.node == "n1"
+    world.engine.remove_pod(running("a", "n1", 0, 24576, 1))
+    moved = world.cluster.get_pod("default", "vip")
+    moved = {**moved, "status": {**moved["status"], "nominatedNodeName": "n2"}}
+    world.cluster.delete_pod("default", "b")  # n2's pod is gone too: the pod fits there
+    world.engine.remove_pod(running("b", "n2", 0, 24576, 1))
+    world.preemption.on_pending(moved)
+    assert world.engine.held_node(pod) == "n2"
+    late = gpu_pod("late", mem=24576)
+    late["spec"]["priority"] = 1
+    assert world.engine.schedule(late, ["n1"]).ok and not world.engine.schedule(late, ["n2"]).ok
