@@ -65,6 +65,8 @@ COMMANDS: tuple[Command, ...] = (
             extra="node", log_level=SERVER_LOG_LEVEL),
     Command("certs", "hami_core.scheduler.cli", "write a self-signed TLS certificate and key",
             add="add_certs_arguments", run="run_certs", extra="scheduler"),
+    Command("dra-driver", "hami_core.dra.cli", "publish this node's devices as DRA ResourceSlices (resource.k8s.io/v1)",
+            extra="node", log_level=SERVER_LOG_LEVEL),
 )
 
 Handler = Callable[[argparse.Namespace, list[str]], int]

@@ -4,14 +4,14 @@ that names a module in full (a lazy export table, the built-in plugins, the ``ha
 
 The layers, lowest first; a module imports its own layer and those below, never above:
 
-1. ``contract``: hami_core.plugins.{errors, types, hookspecs, node_context} (and the root ``hami_core``, whose
+1. ``contract``: hami_core.plugins.{errors, types, hookspecs, node_context, dra} (and the root ``hami_core``, whose
    lazy ``Engine`` / ``Decision`` / ``get_plugin_manager`` count as imports of their modules)
 2. ``wire``: hami_core.wire
 3. ``toolkit``: the rest of hami_core.plugins (fit, helpers, health, objects, standard, relay, manager, ...)
 4. ``engine``: hami_core.engine, hami_core.default_plugins, hami_core.policies
 5. ``cluster``: hami_core.cluster, hami_core.cmdline (what the components' commands share)
-6. ``component``: hami_core.scheduler, hami_core.node, hami_core.sim, hami_core.monitor; peers that do not
-   import one another
+6. ``component``: hami_core.scheduler, hami_core.node, hami_core.sim, hami_core.monitor, hami_core.dra; peers that do
+   not import one another
 7. ``top``: hami_core.cli, hami_core.pluginreport, hami_core.explain, hami_core.devicesdoc, hami_core.testing
 
 Besides: nothing up to ``engine`` imports a network or Kubernetes library; importing any hami_core.scheduler
@@ -42,12 +42,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("contract", ("hami_core", "hami_core.plugins.errors", "hami_core.plugins.types", "hami_core.plugins.hookspecs",
-                  "hami_core.plugins.node_context")),
+                  "hami_core.plugins.node_context", "hami_core.plugins.dra")),
     ("wire", ("hami_core.wire",)),
     ("toolkit", ("hami_core.plugins",)),
     ("engine", ("hami_core.engine", "hami_core.default_plugins", "hami_core.policies")),
     ("cluster", ("hami_core.cluster", "hami_core.cmdline")),
-    ("component", ("hami_core.scheduler", "hami_core.node", "hami_core.sim", "hami_core.monitor")),
+    ("component", ("hami_core.scheduler", "hami_core.node", "hami_core.sim", "hami_core.monitor", "hami_core.dra")),
     ("top", ("hami_core.cli", "hami_core.pluginreport", "hami_core.explain", "hami_core.devicesdoc",
              "hami_core.testing")),
 )
@@ -67,6 +67,8 @@ VENDOR_MAY_IMPORT = ("hami_core.plugins", "hami_core.wire")
 EXTRAS = {"hami_core.scheduler": ("scheduler",), "hami_core.node": ("node",), "hami_core.monitor": ("monitor",),
           "hami_core.sim": ("sim",), "hami_core.cluster": ("scheduler", "node", "monitor"),
           "hami_core.testing.fake_kubelet": ("node",)}
+#: DRA (issue 30): the kubelet plugin (gRPC, protobuf) runs on the node, where the device plugin does.
+EXTRAS["hami_core.dra.kubelet"] = ("node",)
 #: Import names whose distribution has another name.
 DISTRIBUTIONS = {"yaml": "pyyaml", "grpc": "grpcio", "google": "protobuf", "prometheus_client": "prometheus-client",
                  "importlib_metadata": "importlib-metadata", "pynvml": "nvidia-ml-py"}

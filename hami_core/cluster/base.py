@@ -95,3 +95,37 @@ class Cluster(Protocol):
 
     def close(self) -> None:
         ...
+
+    # --- DRA publishing (issue 30): ResourceSlices and DeviceClasses (resource.k8s.io/v1), cluster-scoped.
+    def list_resource_slices(self, node: str | None = None, driver: str | None = None) -> list[dict[str, Any]]:
+        """ResourceSlices, only ``node``'s (``spec.nodeName``) and ``driver``'s (``spec.driver``) when given."""
+        ...
+
+    def create_resource_slice(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Create a ResourceSlice; :class:`ConflictError` when one of that name exists."""
+        ...
+
+    def update_resource_slice(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Replace a ResourceSlice; with ``metadata.resourceVersion`` a compare-and-swap (:class:`ConflictError`);
+        :class:`NotFoundError` when it does not exist."""
+        ...
+
+    def delete_resource_slice(self, name: str) -> None:
+        """Delete a ResourceSlice; raises :class:`NotFoundError`."""
+        ...
+
+    def list_device_classes(self) -> list[dict[str, Any]]:
+        """Every DeviceClass."""
+        ...
+
+    def create_device_class(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Create a DeviceClass; :class:`ConflictError` when one of that name exists."""
+        ...
+
+    def update_device_class(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Replace a DeviceClass (compare-and-swap with ``metadata.resourceVersion``)."""
+        ...
+
+    def delete_device_class(self, name: str) -> None:
+        """Delete a DeviceClass; raises :class:`NotFoundError`."""
+        ...

@@ -378,6 +378,68 @@ class KubeCluster:
         self._reflectors.clear()
 
 
+    # --- DRA publishing (issue 30): ResourceSlices and DeviceClasses (resource.k8s.io/v1, ResourceV1Api), plain JSON
+    # in and out as every other call here.
+    def _resource_v1(self) -> Any:
+        from kubernetes import client
+
+        api = self.__dict__.get("_resource_v1_api")
+        if api is None:
+            api = self.__dict__.setdefault("_resource_v1_api", client.ResourceV1Api(self.api_client))
+        return api
+
+    @staticmethod
+    def _typed_resource(obj: dict[str, Any], kind: str) -> dict[str, Any]:
+        obj.setdefault("kind", kind)
+        obj.setdefault("apiVersion", "resource.k8s.io/v1")
+        return obj
+
+    def list_resource_slices(self, node: str | None = None, driver: str | None = None) -> list[dict[str, Any]]:
+        """ResourceSlices, filtered by the API server on ``spec.nodeName`` and ``spec.driver`` (field selectors)."""
+        selector = ",".join(f"{key}={value}" for key, value in (("spec.nodeName", node), ("spec.driver", driver))
+                            if value)
+        kwargs = {"field_selector": selector} if selector else {}
+        body = self._call("list resourceslices", self._resource_v1().list_resource_slice, **kwargs)
+        return [self._typed_resource(item, "ResourceSlice") for item in body.get("items") or []]
+
+    def create_resource_slice(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Create a ResourceSlice (409: :class:`ConflictError`)."""
+        name = (obj.get("metadata") or {}).get("name")
+        return self._typed_resource(self._call(f"create resourceslice {name}",
+                                               self._resource_v1().create_resource_slice, dict(obj)), "ResourceSlice")
+
+    def update_resource_slice(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Replace a ResourceSlice (PUT; a stale ``metadata.resourceVersion`` is a :class:`ConflictError`)."""
+        name = (obj.get("metadata") or {}).get("name")
+        return self._typed_resource(self._call(f"update resourceslice {name}",
+                                               self._resource_v1().replace_resource_slice, name, dict(obj)),
+                                    "ResourceSlice")
+
+    def delete_resource_slice(self, name: str) -> None:
+        """Delete a ResourceSlice (404: :class:`NotFoundError`)."""
+        self._call(f"delete resourceslice {name}", self._resource_v1().delete_resource_slice, name)
+
+    def list_device_classes(self) -> list[dict[str, Any]]:
+        """Every DeviceClass."""
+        body = self._call("list deviceclasses", self._resource_v1().list_device_class)
+        return [self._typed_resource(item, "DeviceClass") for item in body.get("items") or []]
+
+    def create_device_class(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Create a DeviceClass (409: :class:`ConflictError`)."""
+        name = (obj.get("metadata") or {}).get("name")
+        return self._typed_resource(self._call(f"create deviceclass {name}", self._resource_v1().create_device_class,
+                                               dict(obj)), "DeviceClass")
+
+    def update_device_class(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Replace a DeviceClass (PUT, compare-and-swap on ``metadata.resourceVersion``)."""
+        name = (obj.get("metadata") or {}).get("name")
+        return self._typed_resource(self._call(f"update deviceclass {name}", self._resource_v1().replace_device_class,
+                                               name, dict(obj)), "DeviceClass")
+
+    def delete_device_class(self, name: str) -> None:
+        """Delete a DeviceClass (404: :class:`NotFoundError`)."""
+        self._call(f"delete deviceclass {name}", self._resource_v1().delete_device_class, name)
+
 def _copy(obj: dict[str, Any]) -> dict[str, Any]:
     """A deep copy of decoded JSON (marshal round trip: several times faster than ``copy.deepcopy``)."""
     return marshal.loads(marshal.dumps(obj))  # type: ignore[no-any-return]

@@ -281,3 +281,81 @@ class MemoryCluster:
         with self._lock:
             self._watchers.clear()
             self._quota_watchers.clear()
+
+    # --- DRA publishing (issue 30): ResourceSlices and DeviceClasses (cluster-scoped), kept apart from __init__.
+    def _dra_store(self, kind: str) -> dict[str, dict[str, Any]]:
+        stores: dict[str, dict[str, dict[str, Any]]] = self.__dict__.setdefault("dra_objects", {})
+        return stores.setdefault(kind, {})
+
+    def _dra_create(self, kind: str, obj: Mapping[str, Any]) -> dict[str, Any]:
+        item = clone(dict(obj))
+        item.setdefault("kind", kind)
+        item.setdefault("apiVersion", "resource.k8s.io/v1")
+        meta = item.setdefault("metadata", {})
+        name = meta.get("name")
+        if not name:
+            raise HamiError(f"{kind} is invalid: metadata.name: Required value")
+        with self._lock:
+            store = self._dra_store(kind)
+            if name in store:
+                raise ConflictError(f'{kind} "{name}" already exists')
+            meta.pop("resourceVersion", None)
+            meta.setdefault("uid", f"uid-{kind.lower()}-{name}")
+            meta["generation"] = 1
+            store[name] = self._stamp(item)
+            return clone(item)
+
+    def _dra_update(self, kind: str, obj: Mapping[str, Any]) -> dict[str, Any]:
+        item = clone(dict(obj))
+        meta = item.setdefault("metadata", {})
+        name = meta.get("name")
+        with self._lock:
+            store = self._dra_store(kind)
+            old = store.get(str(name))
+            if old is None:
+                raise NotFoundError(f'{kind} "{name}" not found')
+            wanted = meta.get("resourceVersion")
+            if wanted and wanted != old["metadata"]["resourceVersion"]:
+                raise ConflictError(f'Operation cannot be fulfilled on {kind} "{name}": the object has been modified')
+            item.setdefault("kind", kind)
+            item.setdefault("apiVersion", "resource.k8s.io/v1")
+            meta["uid"] = old["metadata"].get("uid")
+            # as the API server: metadata.generation counts spec changes
+            changed = item.get("spec") != old.get("spec")
+            meta["generation"] = old["metadata"].get("generation", 1) + (1 if changed else 0)
+            store[str(name)] = self._stamp(item)
+            return clone(item)
+
+    def _dra_delete(self, kind: str, name: str) -> None:
+        with self._lock:
+            if self._dra_store(kind).pop(name, None) is None:
+                raise NotFoundError(f'{kind} "{name}" not found')
+
+    def list_resource_slices(self, node: str | None = None, driver: str | None = None) -> list[dict[str, Any]]:
+        with self._lock:
+            items = sorted(self._dra_store("ResourceSlice").items())
+            return [clone(o) for _, o in items
+                    if (node is None or (o.get("spec") or {}).get("nodeName") == node)
+                    and (driver is None or (o.get("spec") or {}).get("driver") == driver)]
+
+    def create_resource_slice(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        return self._dra_create("ResourceSlice", obj)
+
+    def update_resource_slice(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        return self._dra_update("ResourceSlice", obj)
+
+    def delete_resource_slice(self, name: str) -> None:
+        self._dra_delete("ResourceSlice", name)
+
+    def list_device_classes(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [clone(o) for _, o in sorted(self._dra_store("DeviceClass").items())]
+
+    def create_device_class(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        return self._dra_create("DeviceClass", obj)
+
+    def update_device_class(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        return self._dra_update("DeviceClass", obj)
+
+    def delete_device_class(self, name: str) -> None:
+        self._dra_delete("DeviceClass", name)

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
     from hami_core.engine.scoring import ScorerDefaults
     from hami_core.engine.workload import Shape
+    from hami_core.plugins.dra import DraDevice
     from hami_core.plugins.types import (
         ContainerAllocation,
         ContainerDevice,
@@ -496,4 +497,44 @@ def hami_allocate(
     node name, a reader of the node's pods and a per-plugin state bag.
 
     :returns: :class:`ContainerAllocation`.
+    """
+
+
+# ---------------------------------------------------------------------------------------------- #
+# DRA (resource.k8s.io/v1): how a backend describes its devices in ResourceSlices.               #
+# ---------------------------------------------------------------------------------------------- #
+
+
+@_hookspec(firstresult=True)
+def hami_dra_devices(backend: DeviceBackend, devices: Sequence[DeviceInfo]) -> Sequence[DraDevice] | None:
+    """Describe this backend's devices on one node for DRA: the devices of its ResourceSlices.
+
+    Phase: node side (``hami dra-driver`` publishing, and its ``--dry-run``), once per publication pass, with every
+    device of the backend on the node: what :func:`hami_discover_devices` found, or what the node's registration
+    annotation lists (:func:`hami_node_devices`), each with its current ``health``. Stops at the first
+    non-``None`` result; when no plugin answers (a backend that is no
+    :class:`~hami_core.plugins.standard.StandardBackend`), the core applies the standard description,
+    :func:`~hami_core.plugins.standard.standard_dra_devices`, which is also the base class's implementation: one
+    :class:`~hami_core.plugins.dra.DraDevice` per device (``index``, ``id`` as ``uuid``, ``type``, ``numa``,
+    ``mode``), consumable capacities ``memory`` (``devmem`` MiB, in bytes; a claim naming none takes the whole
+    card, as a HAMi request without memory does) and ``cores`` (``devcore``; default the backend's
+    ``default_cores``), and, on a device with ``count > 1``, ``shared=True`` with ``shares`` = ``count`` (each
+    allocation consumes one, so DRA places no more claims on a card than HAMi's split count); an unhealthy device
+    is returned with ``healthy=False`` (the publisher withdraws it). A vendor overrides it to add its attributes
+    (NVIDIA: the ``mode``, ``hami-core``/``mps``/``mig``), publish whole-card-only devices as not shared (NVIDIA's
+    MIG-mode cards), or change the capacities' units and request policies (AMD: compute in percent of the CUs).
+
+    The answer is published as is: device names come from ``DraDevice.name`` (``<word>-<index>``), so two
+    devices with the same ``index`` are an error naming both; the core qualifies attribute names by the driver
+    name and checks the API server's limits (string values of at most 64 characters, 32 attributes and capacities
+    per device) before publishing, refusing the pass with an error that names the device and the field.
+
+    :returns: one :class:`~hami_core.plugins.dra.DraDevice` per device (unhealthy ones included, marked), or
+        ``None``.
+
+    Example::
+
+        def hami_dra_devices(self, devices):  # a StandardBackend method
+            out = standard_dra_devices(self, devices)
+            return [replace(d, attributes={"firmware": fw_version(d.uuid)}) for d in out]
     """

@@ -35,6 +35,7 @@ PER_BACKEND_HOOKS: tuple[str, ...] = (
     "hami_node_devices", "hami_node_health", "hami_node_removed", "hami_mutate_container",
     "hami_container_request", "hami_filter_nodes", "hami_allocation_annotations", "hami_decode_allocation",
     "hami_node_lock", "hami_discover_devices", "hami_watch_health", "hami_allocate",
+    "hami_dra_devices",
 )
 #: A broadcast hook a backend object may implement too: called for pods that request the backend.
 BACKEND_SCORE_HOOK = "hami_score_nodes"

@@ -21,7 +21,8 @@ What the base does (vendors.md Part A):
   tell it when a subclass's override still is);
 * ``hami_allocation_annotations`` / ``hami_decode_allocation``: HAMi's pod codec on the to-allocate and
   allocated keys (A.4);
-* ``hami_node_lock``: ``lock_annotation`` when an app container uses the backend (A.6).
+* ``hami_node_lock``: ``lock_annotation`` when an app container uses the backend (A.6);
+* ``hami_dra_devices``: :func:`standard_dra_devices` (DRA mode's ResourceSlice devices).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
+from hami_core.plugins.dra import CAP_CORES, CAP_MEMORY, CAP_SHARES, MIB, DraCapacity, DraDevice
 from hami_core.plugins.fit import CustomRule, DevicePredicate, quota_predicate, standard_fit
 from hami_core.plugins.health import standard_health
 from hami_core.plugins.helpers import Selection, as_int64, resource
@@ -61,6 +63,7 @@ __all__ = [
     "same_devices_rule",
     "standard_allocation_annotations",
     "standard_decode_allocation",
+    "standard_dra_devices",
     "standard_node_lock",
 ]
 
@@ -93,6 +96,31 @@ def standard_node_lock(backend: DeviceBackend, requests: ContainerRequests) -> L
     if any(backend.name in ctr for ctr in app):
         return LockSpec(backend.lock_annotation)
     return None
+
+
+def standard_dra_devices(backend: DeviceBackend, devices: Sequence[DeviceInfo], *,
+                         default_cores: int = 0) -> list[DraDevice]:
+    """HAMi's registration as DRA devices (the default ``hami_dra_devices``), one per device in index order.
+
+    Capacities, consumable when the device is shared: ``memory`` = ``devmem`` MiB in bytes (a claim that names none
+    consumes the whole card, as a HAMi request without memory books the card's memory; requests round up to whole
+    MiB), ``cores`` = ``devcore`` (a claim that names none consumes ``default_cores``) and, on a shared device,
+    ``shares`` = ``count`` with every allocation consuming exactly one (HAMi's split count). ``count <= 1``: one
+    claim at a time, not shared. ``health`` False: ``healthy=False`` (the publisher withdraws the device).
+    """
+    out = []
+    for dev in sorted(devices, key=lambda d: (d.index, d.id)):
+        memory = dev.devmem * MIB
+        shared = dev.count > 1
+        capacity = {
+            CAP_MEMORY: DraCapacity(memory, default=memory, minimum=MIB if memory else 0, step=MIB),
+            CAP_CORES: DraCapacity(dev.devcore, default=min(max(default_cores, 0), dev.devcore), minimum=0),
+        }
+        if shared:
+            capacity[CAP_SHARES] = DraCapacity(dev.count, default=1, minimum=1, maximum=1)
+        out.append(DraDevice(backend=backend.name, index=dev.index, uuid=dev.id, type=dev.type, numa=dev.numa,
+                             mode=dev.mode, shared=shared, healthy=dev.health, capacity=capacity))
+    return out
 
 
 def same_devices_rule(allocated: Sequence[Sequence[ContainerDevice]]) -> CustomRule | None:
@@ -307,3 +335,9 @@ class StandardBackend(DeviceBackend):
     @hookimpl
     def hami_node_lock(self, requests: ContainerRequests) -> LockSpec | None:
         return standard_node_lock(self, requests)
+
+    # ----------------------------------------------------------------------------------- DRA
+    @hookimpl
+    def hami_dra_devices(self, devices: Sequence[DeviceInfo]) -> Sequence[DraDevice]:
+        """:func:`standard_dra_devices` with :attr:`default_cores` as the cores a claim naming none consumes."""
+        return standard_dra_devices(self, devices, default_cores=self.default_cores)
