@@ -29,6 +29,7 @@ from hami_core.engine.facade import Engine
 from hami_core.plugins.helpers import pydantic_error
 from hami_core.plugins.manager import get_plugin_manager
 from hami_core.sim import openb
+from hami_core.sim.dra import ALLOCATORS, DRA_LABEL
 from hami_core.sim.experiment import (
     MAX_RUNS,
     Experiment,
@@ -135,6 +136,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "choice: the fewest lower-priority pods whose devices it needs are evicted (not "
                           "resubmitted). Priorities: spec.priority or priorityClassName (PriorityClass objects in the "
                           "workload file), or the openb trace's qos column (LS, Guaranteed 2000; Burstable 1000; BE 0)")
+    run.add_argument("--allocator", choices=ALLOCATORS, default="hami",
+                     help="who places the pods: hami (the default: HAMi's extender with the node and GPU policies) "
+                          "or dra (kube-scheduler's DRA allocator with consumable capacity: the pods translated to "
+                          "ResourceClaims, the first device in ResourceSlice order that satisfies each request, nodes "
+                          "scored by kube-scheduler's default plugins; no HAMi policy, so no --policy, --node-policy, "
+                          "--gpu-policy, --fgd-mix, --preemption or --explain)")
     out = parser.add_argument_group("output")
     out.add_argument("--report", metavar="PATH", help="write the JSON report here")
     out.add_argument("--html", metavar="PATH", help="write a self-contained HTML report with charts here")
@@ -152,6 +159,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "use; 1 runs them in this process). The results are those of the serial run")
     run.add_argument("--force", action="store_true",
                      help=f"allow more than {MAX_RUNS} runs and --inflate above {MAX_INFLATE:g}")
+
+
+def _check_dra(args: argparse.Namespace) -> None:
+    """``--allocator dra`` runs no HAMi policy: refuse the flags that would choose or tune one."""
+    given = [flag for flag, value in (("--policy", args.policy), ("--node-policy", args.node_policy),
+                                      ("--gpu-policy", args.gpu_policy), ("--preemption", args.preemption),
+                                      ("--explain", args.explain)) if value]
+    if args.fgd_mix != "online":
+        given.append(f"--fgd-mix {args.fgd_mix}")
+    if given:
+        raise PolicyError(f"--allocator dra: {', '.join(given)} cannot apply: kube-scheduler's DRA allocator takes "
+                          "the first device that satisfies each request and scores nodes with its default plugins, "
+                          "with no HAMi node or GPU policy (run --allocator hami for those)")
 
 
 def _config(args: argparse.Namespace) -> EngineConfig:
@@ -249,6 +269,9 @@ def run(args: argparse.Namespace) -> int:
     default = Policy(f"{config.scheduler.node_scheduler_policy}/{config.scheduler.gpu_scheduler_policy}",
                      config.scheduler.node_scheduler_policy, config.scheduler.gpu_scheduler_policy)
     policies = resolve_policies(args.policy, probe) if args.policy else [default]
+    if args.allocator == "dra":
+        _check_dra(args)
+        policies = [Policy(DRA_LABEL, default.node, default.gpu, allocator="dra")]
     seeded = args.seeds is not None or args.seed is not None
     mode = args.mode if args.mode != "auto" else ("openb" if args.trace_pods or seeded else "arrival")
     if args.seeds is not None and args.seed is not None:
@@ -265,6 +288,11 @@ def run(args: argparse.Namespace) -> int:
             raise PolicyError(f"--seeds {args.seeds} x --policy: {len(seeds) * len(policies)} runs, more than "
                               f"{MAX_RUNS} (--force allows more)")
     config, nodes, quotas, tasks, inputs = _inputs(args, config, plugins)
+    if args.allocator == "dra" and quotas:
+        raise PolicyError(f"--allocator dra: {inputs['cluster']} has ResourceQuotas, which limit HAMi's device "
+                          "resources; DRA claims consume none of them (use --allocator hami, or a cluster without "
+                          "ResourceQuotas)")
+    inputs["allocator"] = args.allocator
     inputs.update(mode=mode, seeds=seeds, inflate=args.inflate if mode == "openb" else None,
                   policies=[p.label for p in policies], fgd_mix=args.fgd_mix, cpu_pods=args.cpu_pods,
                   preemption=args.preemption,
@@ -314,7 +342,8 @@ def run(args: argparse.Namespace) -> int:
               + (f"   fgd mix: given from the task list ({args.fgd_mix})" if args.fgd_mix != "online" else "")
               + ("   protocol: the FGD paper's" if args.protocol == "paper" else "")
               + ("   CPU-only pods: least allocated" if args.cpu_pods != "policy" else "")
-              + ("   preemption: on" if args.preemption else ""))
+              + ("   preemption: on" if args.preemption else "")
+              + ("   allocator: kube-scheduler's DRA (first fit)" if args.allocator == "dra" else ""))
     if single and runs[0].engine is not None:
         print_single(console, runs[0].engine, runs[0], header)
     else:

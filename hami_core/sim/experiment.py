@@ -32,6 +32,8 @@ class Policy:
     label: str
     node: str
     gpu: str
+    #: ``hami`` (the extender with these policies) or ``dra`` (kube-scheduler's DRA allocator, hami_core.sim.dra)
+    allocator: str = "hami"
 
 
 def resolve_policies(spec: str, engine: Engine) -> list[Policy]:
@@ -189,9 +191,14 @@ class Experiment:
                 task_lists: dict[int | None, list[SimPod]] | None = None) -> RunResult:
         """One run; ``progress`` gets the share of this run done since its last call (0..1 in total);
         ``task_lists`` caches each seed's task list across the policies of a serial experiment."""
-        replay = Replay(self.engine(policy, mix), self.nodes_for(seed), policy=policy.label, seed=seed,
-                        keep_placements=self.keep_placements, cpu_pods=self.cpu_pods,
-                        preemption=self.preemption)
+        replay_class = Replay
+        if policy.allocator == "dra":  # kube-scheduler's DRA allocator instead of the extender (hami_core.sim.dra)
+            from hami_core.sim.dra import DraReplay
+
+            replay_class = DraReplay
+        replay = replay_class(self.engine(policy, mix), self.nodes_for(seed), policy=policy.label, seed=seed,
+                              keep_placements=self.keep_placements, cpu_pods=self.cpu_pods,
+                              preemption=self.preemption)
         cache = task_lists if task_lists is not None else {}
         if seed not in cache:
             cache[seed] = self.task_list(seed, replay.result.capacity_milli)

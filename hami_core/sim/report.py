@@ -126,8 +126,9 @@ def summary_table(runs: Sequence[RunResult], *, paper: Mapping[str, float] | Non
 def run_json(run: RunResult, policy: Policy | None) -> dict[str, Any]:
     out: dict[str, Any] = {
         "policy": run.policy,
-        "node_policy": policy.node if policy else None,
-        "gpu_policy": policy.gpu if policy else None,
+        "node_policy": policy.node if policy and policy.allocator == "hami" else None,  # dra runs no HAMi policy
+        "gpu_policy": policy.gpu if policy and policy.allocator == "hami" else None,
+        "allocator": policy.allocator if policy else "hami",
         "seed": run.seed,
         "tasks": run.tasks,
         "placed": run.placed,
