@@ -12,6 +12,7 @@ import argparse
 import logging
 import os
 import sys
+import textwrap
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,11 +34,11 @@ log = logging.getLogger("hami.dra")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of ``hami dra-driver``."""
-    parser.description = (
+    parser.description = textwrap.fill(
         "Publish this node's devices, as the vendor plugins describe them, as DRA ResourceSlices "
         "(resource.k8s.io/v1): one pool per node and backend, shareable cards with consumable memory, cores and "
         "shares, unhealthy devices withdrawn, the pool's generation bumped on every change. The slices stay when "
-        "the driver stops (a restart republishes only what changed); --withdraw deletes them.")
+        "the driver stops (a restart republishes only what changed); --withdraw deletes them.", width=100)
     parser.epilog = ("examples:\n"
                      "  hami dra-driver --dry-run --node node.yaml           # the slices of a Node's registration\n"
                      "  hami dra-driver --node-name gpu-1 --in-cluster       # the node component (DaemonSet)\n"
