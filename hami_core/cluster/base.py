@@ -96,6 +96,11 @@ class Cluster(Protocol):
     def close(self) -> None:
         ...
 
+    # --- DRA (issue 30): the kubelet plugin reads a claim's allocation before it prepares the claim's devices.
+    def get_resource_claim(self, namespace: str, name: str) -> dict[str, Any]:
+        """The ResourceClaim (resource.k8s.io/v1); raises :class:`NotFoundError`."""
+        ...
+
     # --- DRA publishing (issue 30): ResourceSlices and DeviceClasses (resource.k8s.io/v1), cluster-scoped.
     def list_resource_slices(self, node: str | None = None, driver: str | None = None) -> list[dict[str, Any]]:
         """ResourceSlices, only ``node``'s (``spec.nodeName``) and ``driver``'s (``spec.driver``) when given."""

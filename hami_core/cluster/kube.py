@@ -377,6 +377,16 @@ class KubeCluster:
             r.join(timeout=5.0)
         self._reflectors.clear()
 
+    # --- DRA (issue 30): the kubelet plugin reads a claim's allocation (resource.k8s.io/v1).
+    def get_resource_claim(self, namespace: str, name: str) -> dict[str, Any]:
+        """The ResourceClaim; raises :class:`NotFoundError`."""
+        from kubernetes import client
+
+        api = client.ResourceV1Api(self.api_client)
+        obj = self._call(f"get resourceclaim {namespace}/{name}", api.read_namespaced_resource_claim, name, namespace)
+        obj.setdefault("kind", "ResourceClaim")
+        obj.setdefault("apiVersion", "resource.k8s.io/v1")
+        return obj
 
     # --- DRA publishing (issue 30): ResourceSlices and DeviceClasses (resource.k8s.io/v1, ResourceV1Api), plain JSON
     # in and out as every other call here.
@@ -655,3 +665,4 @@ class _Reflector(threading.Thread):
         self._deliver(typ, _copy(obj) if typ != "DELETED" else obj)
         self._advance(new_rv)
         return new_rv, True
+

@@ -282,6 +282,37 @@ class MemoryCluster:
             self._watchers.clear()
             self._quota_watchers.clear()
 
+    # --- DRA (issue 30): ResourceClaims (resource.k8s.io/v1), as tests add them; kept apart from __init__.
+    def _claims(self) -> dict[tuple[str, str], dict[str, Any]]:
+        claims: dict[tuple[str, str], dict[str, Any]] | None = self.__dict__.get("resource_claims")
+        if claims is None:
+            claims = self.__dict__.setdefault("resource_claims", {})
+        return claims
+
+    def add_resource_claim(self, claim: Mapping[str, Any]) -> dict[str, Any]:
+        """Store (or replace) a ResourceClaim; it gets a ``resourceVersion`` and, if it has none, a ``uid``."""
+        obj = clone(dict(claim))
+        obj.setdefault("kind", "ResourceClaim")
+        obj.setdefault("apiVersion", "resource.k8s.io/v1")
+        meta = obj.setdefault("metadata", {})
+        meta.setdefault("namespace", "default")
+        with self._lock:
+            meta.setdefault("uid", f"claim-uid-{next(self._rv)}")
+            meta["resourceVersion"] = str(next(self._rv))
+            self._claims()[(meta["namespace"], meta["name"])] = obj
+            return clone(obj)
+
+    def delete_resource_claim(self, namespace: str, name: str) -> None:
+        with self._lock:
+            self._claims().pop((namespace, name), None)
+
+    def get_resource_claim(self, namespace: str, name: str) -> dict[str, Any]:
+        with self._lock:
+            claim = self._claims().get((namespace, name))
+            if claim is None:
+                raise NotFoundError(f'resourceclaims.resource.k8s.io "{name}" not found in namespace {namespace}')
+            return clone(claim)
+
     # --- DRA publishing (issue 30): ResourceSlices and DeviceClasses (cluster-scoped), kept apart from __init__.
     def _dra_store(self, kind: str) -> dict[str, dict[str, Any]]:
         stores: dict[str, dict[str, dict[str, Any]]] = self.__dict__.setdefault("dra_objects", {})

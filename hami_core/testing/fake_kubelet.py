@@ -113,3 +113,94 @@ class PluginClient:
 
     def pre_start(self, ids: list[str]) -> Any:
         return self.stub.PreStartContainer(pb.PreStartContainerRequest(devices_ids=ids), timeout=5)
+
+
+# --------------------------------------------------------------------------------------------- DRA (issue 30)
+# The DRA side of kubelet: its plugin watcher dials a driver's registration socket, asks GetInfo, checks the type
+# and version, connects to the endpoint, reports NotifyRegistrationStatus, and then calls NodePrepareResources /
+# NodeUnprepareResources there, all over the real protocol.
+
+#: What kubelet (1.34+) accepts from a DRA driver's GetInfo.
+DRA_PLUGIN_TYPE = "DRAPlugin"
+DRA_SERVICE = "v1.DRAPlugin"
+
+
+class DraRegistrationError(Exception):
+    """What kubelet would refuse the plugin for (also reported to it by NotifyRegistrationStatus)."""
+
+
+class DraKubelet:
+    """Kubelet's view of one DRA driver: :meth:`register` through its ``-reg.sock``, then prepare/unprepare."""
+
+    def __init__(self, registration_socket: str | Path) -> None:
+        from hami_core.dra.kubelet.registration import api_pb2_grpc as reg_grpc
+
+        self.registration_socket = Path(registration_socket)
+        self._reg_channel = grpc.insecure_channel(f"unix://{self.registration_socket}")
+        self._reg = reg_grpc.RegistrationStub(self._reg_channel)
+        self.info: Any = None
+        self._channel: grpc.Channel | None = None
+        self._stub: Any = None
+
+    def __enter__(self) -> DraKubelet:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._reg_channel.close()
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
+
+    def register(self, driver: str | None = None) -> Any:
+        """GetInfo, check it as kubelet does, connect to the endpoint, and NotifyRegistrationStatus: True, or False
+        with the reason (then :class:`DraRegistrationError`). Returns the PluginInfo."""
+        from hami_core.dra.kubelet.registration import api_pb2 as reg_pb
+        from hami_core.dra.kubelet.v1 import api_pb2_grpc as dra_grpc
+
+        info = self._reg.GetInfo(reg_pb.InfoRequest(), timeout=5)
+        problem = ""
+        if info.type != DRA_PLUGIN_TYPE:
+            problem = f"plugin type {info.type!r}, expected {DRA_PLUGIN_TYPE!r}"
+        elif driver is not None and info.name != driver:
+            problem = f"plugin name {info.name!r}, expected {driver!r}"
+        elif DRA_SERVICE not in info.supported_versions:
+            problem = f"supported versions {list(info.supported_versions)} lack {DRA_SERVICE}"
+        elif not Path(info.endpoint).is_absolute():
+            problem = f"endpoint {info.endpoint!r} is not an absolute path"
+        if problem:
+            self._reg.NotifyRegistrationStatus(reg_pb.RegistrationStatus(plugin_registered=False, error=problem),
+                                               timeout=5)
+            raise DraRegistrationError(problem)
+        self.info = info
+        self._channel = grpc.insecure_channel(f"unix://{info.endpoint}")
+        grpc.channel_ready_future(self._channel).result(timeout=5)
+        self._stub = dra_grpc.DRAPluginStub(self._channel)
+        self._reg.NotifyRegistrationStatus(reg_pb.RegistrationStatus(plugin_registered=True), timeout=5)
+        return info
+
+    @staticmethod
+    def _claims(claims: list[tuple[str, str, str]]) -> list[Any]:
+        from hami_core.dra.kubelet.v1 import api_pb2 as dra_pb
+
+        return [dra_pb.Claim(namespace=ns, name=name, uid=uid) for ns, name, uid in claims]
+
+    def prepare(self, *claims: tuple[str, str, str]) -> Any:
+        """NodePrepareResources for ``(namespace, name, uid)`` claims; the response (``.claims[uid]``)."""
+        from hami_core.dra.kubelet.v1 import api_pb2 as dra_pb
+
+        if self._stub is None:
+            raise DraRegistrationError("not registered")
+        return self._stub.NodePrepareResources(dra_pb.NodePrepareResourcesRequest(claims=self._claims(list(claims))),
+                                               timeout=10)
+
+    def unprepare(self, *claims: tuple[str, str, str]) -> Any:
+        """NodeUnprepareResources for ``(namespace, name, uid)`` claims; the response."""
+        from hami_core.dra.kubelet.v1 import api_pb2 as dra_pb
+
+        if self._stub is None:
+            raise DraRegistrationError("not registered")
+        return self._stub.NodeUnprepareResources(
+            dra_pb.NodeUnprepareResourcesRequest(claims=self._claims(list(claims))), timeout=10)

@@ -605,3 +605,11 @@ class _Handler(BaseHTTPRequestHandler):
             with api.cond:
                 api.active_watches -= 1
                 api.cond.notify_all()
+
+
+# --- DRA (issue 30), kubelet plugin: ResourceClaims under /apis/resource.k8s.io/v1. Re-bound here rather than
+# edited above so other parts can add their own resource.k8s.io kinds the same way (the handler reads the module
+# globals at request time); ``api.create("resourceclaims", ns, claim)`` stores one.
+RESOURCES.setdefault("resourceclaims", ("resource.k8s.io/v1", "ResourceClaim", True))
+if "resource" not in _PATH.pattern:
+    _PATH = re.compile(_PATH.pattern.replace("|apis/policy/v1)", r"|apis/policy/v1|apis/resource\.k8s\.io/v1)"))
