@@ -448,3 +448,25 @@ def test_memory_cluster_resource_claims() -> None:
 
 def test_cdi_ids_parse_back() -> None:
     assert cdi.device_id(DRIVER, f"{CLAIM_UID}-gpu-0").partition("=")[0] == cdi.cdi_kind(DRIVER)
+
+
+def test_the_stubs_speak_kubelets_wire_names() -> None:
+    """The method paths and field numbers of k8s.io/kubelet/pkg/apis/dra/v1 and pluginregistration/v1."""
+    from hami_core.dra.kubelet.registration import api_pb2 as reg_pb
+    from hami_core.dra.kubelet.v1 import api_pb2 as pb
+
+    service = pb.DESCRIPTOR.services_by_name["DRAPlugin"]
+    assert service.full_name == "k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin"
+    assert [m.name for m in service.methods] == ["NodePrepareResources", "NodeUnprepareResources"]
+    assert reg_pb.DESCRIPTOR.services_by_name["Registration"].full_name == "pluginregistration.Registration"
+
+    def numbers(message: Any) -> dict[str, int]:
+        return {f.name: f.number for f in message.DESCRIPTOR.fields}
+
+    assert numbers(pb.Claim) == {"namespace": 1, "uid": 2, "name": 3}
+    assert numbers(pb.Device) == {"request_names": 1, "pool_name": 2, "device_name": 3, "cdi_device_ids": 4,
+                                  "share_id": 5}
+    assert numbers(pb.NodePrepareResourceResponse) == {"devices": 1, "error": 2}
+    assert numbers(pb.NodeUnprepareResourceResponse) == {"error": 1}
+    assert numbers(reg_pb.PluginInfo) == {"type": 1, "name": 2, "endpoint": 3, "supported_versions": 4}
+    assert numbers(reg_pb.RegistrationStatus) == {"plugin_registered": 1, "error": 2}
