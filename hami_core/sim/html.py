@@ -33,6 +33,9 @@ INPUT_LABELS = {"cluster": "cluster", "workload": "workload", "nodes": "nodes", 
                 "tasks": "pods", "skipped_rows": "skipped rows", "device_sections": "device-config sections",
                 "mode": "mode", "seeds": "seeds", "inflate": "inflate", "policies": "policies",
                 "fgd_mix": "fgd mix", "cpu_pods": "CPU-only pods", "protocol": "protocol"}
+#: ``hami simulate --allocator``: who placed the pods, as the report's facts say it.
+ALLOCATOR_TEXT = {"hami": "hami (HAMi's extender with its node and GPU policies)",
+                  "dra": "dra (kube-scheduler's DRA allocator: first device that satisfies, no device score)"}
 
 
 def _esc(text: Any) -> str:
@@ -63,6 +66,8 @@ def _plain(key: str, value: Any) -> str:
     """An input's value as text: lists joined, numbers plain, never a repr."""
     if key == "seeds" and isinstance(value, list):
         return _seed_list(value)
+    if key == "allocator" and isinstance(value, str):
+        return ALLOCATOR_TEXT.get(value, value)
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float):

@@ -239,8 +239,11 @@ def _files(tmp_path: Path) -> tuple[str, str]:
 
 def test_cli_allocator_dra_reports_the_allocator(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cluster, workload = _files(tmp_path)
-    assert main(["simulate", "--cluster", cluster, "--workload", workload, "--allocator", "dra", "--json"]) == 0
+    page = tmp_path / "report.html"
+    assert main(["simulate", "--cluster", cluster, "--workload", workload, "--allocator", "dra", "--json",
+                 "--html", str(page)]) == 0
     report = json.loads(capsys.readouterr().out)
+    assert "<dt>allocator</dt><dd>dra (kube-scheduler&#x27;s DRA allocator: first device" in page.read_text()
     run = report["runs"][0]
     assert report["inputs"]["allocator"] == "dra"
     assert (run["policy"], run["allocator"], run["node_policy"], run["gpu_policy"]) == ("dra", "dra", None, None)
