@@ -470,3 +470,38 @@ def test_the_stubs_speak_kubelets_wire_names() -> None:
     assert numbers(pb.NodeUnprepareResourceResponse) == {"error": 1}
     assert numbers(reg_pb.PluginInfo) == {"type": 1, "name": 2, "endpoint": 3, "supported_versions": 4}
     assert numbers(reg_pb.RegistrationStatus) == {"plugin_registered": 1, "error": 2}
+
+
+# ------------------------------------------------------------------------------------------ with the publisher
+def test_the_publishers_devices_serve_the_kubelet_plugin(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``hami dra-driver``'s DraDriver as the device lookup and hook host: hami-nvidia discovers a fake A100, the
+    kubelet plugin prepares a claim on the device the publisher describes, in its node context."""
+    from hami_core.dra.driver import DraDriver
+    from hami_core.dra.kubelet.plugin import serve_kubelet_plugins
+
+    devices = env.root / "devices.yaml"
+    devices.write_text(f"devices:\n  - {{uuid: {UUID0}, model: NVIDIA A100, memory: 40960, numa: 0}}\n")
+    monkeypatch.setenv("HAMI_OVERRIDE_NVIDIA_DEVICES_FILE", str(devices))
+    pm = get_plugin_manager()
+    backends = [b for b in pm.backends({"nvidia": {}}) if b.name == "NVIDIA"]
+    env.cluster.add_node({"metadata": {"name": NODE}})
+    driver = DraDriver(pm, backends, env.cluster, NODE)
+    driver.discover()
+    env.cluster.add_resource_claim(claim(results=[
+        {"request": "gpu", "driver": DRIVER, "pool": NODE, "device": "gpu-0", "shareID": "s-1",
+         "consumedCapacity": {CAP_MEMORY: "10Gi", CAP_CORES: "30", "shares": "1"}}]))
+    (plugin,) = serve_kubelet_plugins(driver, env.cluster, registry_dir=env.registry, plugins_dir=env.plugins,
+                                      cdi_dir=env.cdi)
+    env.plugin = plugin
+    with env.kubelet() as k:
+        resp = k.prepare(REQ).claims[CLAIM_UID]
+        assert resp.error == "" and [d.device_name for d in resp.devices] == ["gpu-0"]
+        env_vars = dict(e.split("=", 1) for e in json.loads(spec_file(env).read_text())["devices"][0]
+                        ["containerEdits"]["env"])
+        assert (env_vars["NVIDIA_VISIBLE_DEVICES"], env_vars["CUDA_DEVICE_MEMORY_LIMIT_0"],
+                env_vars["CUDA_DEVICE_SM_LIMIT"]) == (UUID0, "10240m", "30")
+        # the card has 40 GiB: a claim that says it consumed more is refused
+        env.cluster.add_resource_claim(claim(name="big", uid="b1", results=[
+            {"request": "gpu", "driver": DRIVER, "pool": NODE, "device": "gpu-0",
+             "consumedCapacity": {CAP_MEMORY: "41Gi"}}]))
+        assert "consumedCapacity.memory" in k.prepare(("ml", "big", "b1")).claims["b1"].error

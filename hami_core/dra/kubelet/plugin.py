@@ -42,12 +42,14 @@ from hami_core.dra.kubelet.registration import api_pb2_grpc as reg_grpc
 from hami_core.dra.kubelet.sockets import bind_unix
 from hami_core.dra.kubelet.v1 import api_pb2 as pb
 from hami_core.dra.kubelet.v1 import api_pb2_grpc as pb_grpc
+from hami_core.dra.model import driver_name
 from hami_core.plugins.errors import HamiError
 from hami_core.plugins.node_context import NodeContext, bound
 from hami_core.plugins.types import ContainerAllocation, ContainerDevice, DeviceBackend
 
 __all__ = ["DRA_SERVICE", "MAX_CLAIMS", "PLUGIN_TYPE", "Allocator", "ClaimSource", "DeviceLookup",
-           "DraPluginServicer", "KubeletPlugin", "RegistrationServicer", "hook_allocator", "serve_kubelet_plugin"]
+           "DraPluginServicer", "KubeletPlugin", "PluginHost", "RegistrationServicer", "hook_allocator",
+           "serve_kubelet_plugin", "serve_kubelet_plugins"]
 
 log = logging.getLogger("hami.dra.kubelet")
 
@@ -346,3 +348,34 @@ def serve_kubelet_plugin(*, driver: str, node_name: str, devices: DeviceLookup, 
         raise
     log.info("DRA driver %s serving %s, registering at %s", driver, dra_socket, reg_socket)
     return plugin
+
+
+class PluginHost(Protocol):
+    """What :func:`serve_kubelet_plugins` needs of the publisher (a :class:`hami_core.dra.driver.DraDriver`): the
+    node, its backends, the hooks routed to them, the node context, and the device lookup."""
+
+    node_name: str
+    backends: Sequence[DeviceBackend]
+    hook: Any
+    context: NodeContext
+
+    def device(self, driver: str, name: str) -> Any: ...
+
+
+def serve_kubelet_plugins(host: PluginHost, claims: ClaimSource, *, registry_dir: str | Path = DEFAULT_REGISTRY_DIR,
+                          plugins_dir: str | Path = DEFAULT_PLUGINS_DIR,
+                          cdi_dir: str | Path = cdi.DEFAULT_CDI_DIR) -> list[KubeletPlugin]:
+    """One kubelet plugin per backend of ``host`` (one DRA driver each), allocating through the vendor's
+    ``hami_allocate`` in ``host``'s node context; all started, or none (the started ones stopped again)."""
+    started: list[KubeletPlugin] = []
+    try:
+        for backend in host.backends:
+            started.append(serve_kubelet_plugin(
+                driver=driver_name(backend.name), node_name=host.node_name, devices=host, claims=claims,
+                allocate=hook_allocator(host.hook, backend, host.context), registry_dir=registry_dir,
+                plugins_dir=plugins_dir, cdi_dir=cdi_dir))
+    except BaseException:
+        for plugin in started:
+            plugin.stop(grace=None)
+        raise
+    return started
