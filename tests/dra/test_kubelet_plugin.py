@@ -336,9 +336,12 @@ def test_bad_requests_are_bounded(env: Env) -> None:
         assert f"at most {MAX_CLAIMS}" in info.value.details()
         with pytest.raises(grpc.RpcError):
             k.unprepare(*[("ml", f"c{i}", f"u-{i}") for i in range(MAX_CLAIMS + 1)])
-        resp = k.prepare(("", "c", "u-1"), ("ml", "x" * 300, "u-2"), ("ml", "c", "../../etc/passwd")).claims
-        assert "namespace must be 1-253" in resp["u-1"].error
-        assert "name must be 1-253" in resp["u-2"].error
+        resp = k.prepare(("", "c", "u-1"), ("ml", "x" * 300, "u-2"), ("ml", "c", "../../etc/passwd"),
+                         ("ml/../kube-system", "c", "u-3"), ("ml", "a/b", "u-4")).claims
+        assert "namespace '' is not a DNS label" in resp["u-1"].error
+        assert "is not a DNS subdomain" in resp["u-2"].error
+        assert "is not a DNS label" in resp["u-3"].error
+        assert "name 'a/b' is not a DNS subdomain" in resp["u-4"].error
         assert "is not a Kubernetes UID" in resp["../../etc/passwd"].error
         assert "is not a Kubernetes UID" in k.unprepare(("ml", "c", "../x")).claims["../x"].error
     assert env.claims.reads == 0

@@ -65,6 +65,9 @@ MAX_MESSAGE_BYTES = 1 << 20
 #: Names are DNS subdomains (253), UIDs are UUIDs; anything longer is not from kubelet.
 MAX_NAME = 253
 _UID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,62}$")
+#: A namespace is a DNS label, a claim name a DNS subdomain: nothing that could change the API path read.
+_NAMES = {"namespace": (re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"), "a DNS label"),
+          "name": (re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"), "a DNS subdomain")}
 #: The container name HAMi's vendor hooks see for a claim (its cache dir is ``<claim uid>_<this>``).
 CLAIM_CONTAINER = "dra-claim"
 
@@ -102,10 +105,10 @@ def _claim_label(claim: Any) -> str:
 
 def _check_claim(claim: Any) -> str | None:
     """Why a request's claim is malformed, or None."""
-    for fld in ("namespace", "name"):
+    for fld, (pattern, what) in _NAMES.items():
         value = getattr(claim, fld)
-        if not value or len(value) > MAX_NAME:
-            return f"claim {_claim_label(claim)[:600]}: {fld} must be 1-{MAX_NAME} characters"
+        if not pattern.match(value):
+            return f"claim uid {claim.uid[:80]!r}: {fld} {value[:80]!r} is not {what}"
     if not _UID.match(claim.uid):
         return f"claim {claim.namespace}/{claim.name}: uid {claim.uid[:80]!r} is not a Kubernetes UID"
     return None
