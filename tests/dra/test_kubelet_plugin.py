@@ -508,3 +508,15 @@ def test_the_publishers_devices_serve_the_kubelet_plugin(env: Env, monkeypatch: 
             {"request": "gpu", "driver": DRIVER, "pool": NODE, "device": "gpu-0",
              "consumedCapacity": {CAP_MEMORY: "41Gi"}}]))
         assert "consumedCapacity.memory" in k.prepare(("ml", "big", "b1")).claims["b1"].error
+
+
+def test_concurrent_retries_prepare_once(env: Env) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    env.cluster.add_resource_claim(claim())
+    env.start()
+    with env.kubelet() as k, ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda _: k.prepare(REQ).claims[CLAIM_UID], range(8)))
+    assert all(a == answers[0] and a.error == "" for a in answers)
+    assert env.claims.reads == 1
+    assert [p.name for p in env.cdi.iterdir()] == [spec_file(env).name]

@@ -64,7 +64,8 @@ def bind_unix(path: Path, make_server: Callable[[], grpc.Server]) -> grpc.Server
         raise SocketError(f"{path}: longer than the {MAX_PATH} bytes a unix socket path may have")
     path.parent.mkdir(parents=True, exist_ok=True)
     clear_stale(path)
-    tmpdir = Path(tempfile.mkdtemp(prefix=".s", dir=path.parent))  # 0700
+    # 0700; a dot name, which kubelet's plugin watcher ignores (it sees the socket when it is renamed in)
+    tmpdir = Path(tempfile.mkdtemp(prefix=".s", dir=path.parent))
     tmp = tmpdir / "s"
     if len(str(tmp).encode()) > MAX_PATH:
         os.rmdir(tmpdir)
