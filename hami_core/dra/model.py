@@ -21,6 +21,7 @@ from hami_core.plugins.dra import (
     ATTR_INDEX,
     ATTR_MODE,
     ATTR_NUMA,
+    ATTR_REGISTERED_INDEX,
     ATTR_TYPE,
     ATTR_UUID,
     ATTR_VENDOR,
@@ -38,6 +39,6 @@ from hami_core.plugins.dra import (
     parse_device_name,
 )
 
-__all__ = ["ATTR_INDEX", "ATTR_MODE", "ATTR_NUMA", "ATTR_TYPE", "ATTR_UUID", "ATTR_VENDOR", "CAP_CORES", "CAP_MEMORY",
-           "CAP_SHARES", "DOMAIN", "MIB", "AttributeValue", "DraCapacity", "DraDevice", "device_class_name",
-           "device_name", "driver_name", "parse_device_name"]
+__all__ = ["ATTR_INDEX", "ATTR_MODE", "ATTR_NUMA", "ATTR_REGISTERED_INDEX", "ATTR_TYPE", "ATTR_UUID", "ATTR_VENDOR",
+           "CAP_CORES", "CAP_MEMORY", "CAP_SHARES", "DOMAIN", "MIB", "AttributeValue", "DraCapacity", "DraDevice",
+           "device_class_name", "device_name", "driver_name", "parse_device_name"]

@@ -21,9 +21,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-__all__ = ["ATTR_INDEX", "ATTR_MODE", "ATTR_NUMA", "ATTR_TYPE", "ATTR_UUID", "ATTR_VENDOR", "CAP_CORES", "CAP_MEMORY",
-           "CAP_SHARES", "DOMAIN", "MIB", "AttributeValue", "DraCapacity", "DraDevice", "device_class_name",
-           "device_name", "driver_name", "parse_device_name"]
+__all__ = ["ATTR_INDEX", "ATTR_MODE", "ATTR_NUMA", "ATTR_REGISTERED_INDEX", "ATTR_TYPE", "ATTR_UUID", "ATTR_VENDOR",
+           "CAP_CORES", "CAP_MEMORY", "CAP_SHARES", "DOMAIN", "MIB", "AttributeValue", "DraCapacity", "DraDevice",
+           "device_class_name", "device_name", "driver_name", "parse_device_name"]
 
 DOMAIN = "project-hami.io"
 #: Device attributes (``spec.devices[].attributes``), qualified by the driver name when published.
@@ -33,6 +33,8 @@ ATTR_TYPE = "type"
 ATTR_VENDOR = "vendor"
 ATTR_NUMA = "numa"
 ATTR_MODE = "mode"
+#: The registration's index of a device published under another index (several devices registered with one index).
+ATTR_REGISTERED_INDEX = "registeredIndex"
 #: Consumable capacities: device memory in bytes (published as a quantity such as ``81920Mi``) and compute in
 #: percent of the card (``100``), the units of HAMi's ``gpumem`` (MiB) and ``gpucores`` (%).
 CAP_MEMORY = "memory"

@@ -31,7 +31,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from hami_core.plugins.dra import CAP_CORES, CAP_MEMORY, CAP_SHARES, MIB, DraCapacity, DraDevice
+from hami_core.plugins.dra import (
+    ATTR_REGISTERED_INDEX,
+    CAP_CORES,
+    CAP_MEMORY,
+    CAP_SHARES,
+    MIB,
+    DraCapacity,
+    DraDevice,
+)
 from hami_core.plugins.fit import CustomRule, DevicePredicate, quota_predicate, standard_fit
 from hami_core.plugins.health import standard_health
 from hami_core.plugins.helpers import Selection, as_int64, resource
@@ -106,10 +114,16 @@ def standard_dra_devices(backend: DeviceBackend, devices: Sequence[DeviceInfo], 
     consumes the whole card, as a HAMi request without memory books the card's memory; requests round up to whole
     MiB), ``cores`` = ``devcore`` (a claim that names none consumes ``default_cores``) and, on a shared device,
     ``shares`` = ``count`` with every allocation consuming exactly one (HAMi's split count). ``count <= 1``: one
-    claim at a time, not shared. ``health`` False: ``healthy=False`` (the publisher withdraws the device).
+    claim at a time, not shared. ``health`` False: ``healthy=False`` (the publisher withdraws the device). Devices
+    are named by index; when several share one, they are numbered by position and the registered index is the
+    ``registeredIndex`` attribute.
     """
+    ordered = sorted(devices, key=lambda d: (d.index, d.id))
+    # Device names come from the index; a registration where several devices share one (Vastai's dies of one card)
+    # is numbered by position instead, the registered index kept as an attribute.
+    unique = len({d.index for d in ordered}) == len(ordered)
     out = []
-    for dev in sorted(devices, key=lambda d: (d.index, d.id)):
+    for position, dev in enumerate(ordered):
         memory = dev.devmem * MIB
         shared = dev.count > 1
         capacity = {
@@ -118,8 +132,9 @@ def standard_dra_devices(backend: DeviceBackend, devices: Sequence[DeviceInfo], 
         }
         if shared:
             capacity[CAP_SHARES] = DraCapacity(dev.count, default=1, minimum=1, maximum=1)
-        out.append(DraDevice(backend=backend.name, index=dev.index, uuid=dev.id, type=dev.type, numa=dev.numa,
-                             mode=dev.mode, shared=shared, healthy=dev.health, capacity=capacity))
+        out.append(DraDevice(backend=backend.name, index=dev.index if unique else position, uuid=dev.id,
+                             type=dev.type, numa=dev.numa, mode=dev.mode, shared=shared, healthy=dev.health,
+                             capacity=capacity, attributes={} if unique else {ATTR_REGISTERED_INDEX: dev.index}))
     return out
 
 

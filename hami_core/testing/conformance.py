@@ -439,3 +439,42 @@ class DeviceBackendConformance:
             once = engine.admit(pod)
             assert engine.admit(once) == once
 
+
+    # ------------------------------------------------------------------------------ DRA (issue 30)
+    def test_dra_devices_describe_the_registration(self, conformance_kit: ConformanceKit) -> None:
+        """``hami_dra_devices`` describes every registered device once, by its id, as publishable ResourceSlice
+        devices (names unique DNS labels, attributes and capacities within the API server's limits, no capacity
+        beyond the registration's memory), and marks a device the registration calls unhealthy.
+
+        Prevents: ``hami dra-driver`` publishing a pool the API server refuses (the node then offers nothing in DRA
+        mode), devices under the wrong driver, more memory than the card has, or unhealthy cards kube-scheduler
+        would allocate.
+        """
+        import dataclasses
+
+        from hami_core.dra.driver import describe
+        from hami_core.dra.model import CAP_MEMORY, MIB
+        from hami_core.dra.slices import build_slices
+
+        kit = conformance_kit
+        engine = kit.engine()
+        for backend in kit.backends(engine):
+            infos = list(engine.hook.hami_node_devices(backend=backend, node=copy.deepcopy(dict(kit.device_node)))
+                         or ())
+            if not infos:
+                continue
+            described = describe(engine.hook, backend, infos)
+            assert sorted(d.uuid for d in described) == sorted(i.id for i in infos), \
+                f"{backend.name}: hami_dra_devices must describe each registered device once, by id"
+            by_id = {i.id: i for i in infos}
+            for dev in described:
+                memory = dev.capacity.get(CAP_MEMORY)
+                assert memory is None or memory.value <= by_id[dev.uuid].devmem * MIB, \
+                    f"{backend.name} {dev.uuid}: {memory} is more memory than registered"
+                assert all(cap.value >= 0 and cap.default <= cap.value for cap in dev.capacity.values()), dev
+            slices = build_slices(kit.node_name, backend.name, described, vendor=backend.vendor)
+            published = [d["name"] for s in slices for d in s["spec"].get("devices") or ()]
+            assert len(published) == len(set(published)) == sum(1 for d in described if d.healthy)
+            sick = [dataclasses.replace(infos[0], health=False), *infos[1:]]
+            marked = {d.uuid: d.healthy for d in describe(engine.hook, backend, sick)}
+            assert marked[infos[0].id] is False, f"{backend.name}: an unhealthy device must be marked unhealthy"

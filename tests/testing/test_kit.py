@@ -179,7 +179,7 @@ def test_conformance_subclass_runs_in_a_plain_project(pytester: pytest.Pytester)
                 return pod(container(limits={"nvidia.com/gpu": 1, "nvidia.com/gpumem": 2000}))
     """)
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
-    result.assert_outcomes(passed=10)
+    result.assert_outcomes(passed=11)  # the ten checks and test_dra_devices_describe_the_registration
 
 
 def test_unconfigured_conformance_subclass_says_what_to_override(pytester: pytest.Pytester) -> None:

@@ -11,6 +11,7 @@ import copy
 import importlib.util
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -22,6 +23,7 @@ from hami_acme import backend as acme
 from hami_core import hookimpl
 from hami_core.plugins import parse_section
 from hami_core.plugins.fit import standard_fit
+from hami_core.plugins.standard import standard_dra_devices
 from hami_core.plugins.types import ContainerDevice, DeviceRequest, FitCandidate, FitResult, Mutation
 from hami_core.testing import DeviceBackendConformance
 from hami_core.testing.conformance import ConformanceKit
@@ -123,6 +125,16 @@ class _AppendsEnv(acme.AcmeBackend):
         return super().hami_mutate_container(pod, container)
 
 
+class _OverstatesMemory(acme.AcmeBackend):
+    def hami_dra_devices(self, devices: Sequence[Any]) -> Any:
+        # Publishes twice the registered memory: DRA would place claims the card cannot hold.
+        out = []
+        for dev in standard_dra_devices(self, devices):
+            memory = dev.capacity["memory"]
+            out.append(replace(dev, capacity={**dev.capacity, "memory": replace(memory, value=2 * memory.value)}))
+        return out
+
+
 class NegativeScore(_declaring(acme.AcmeBackend)):  # type: ignore[misc]
     """A cross-cutting scorer next to a correct backend."""
 
@@ -140,6 +152,7 @@ CrashesOnPlainNodes = _declaring(_CrashesOnPlainNodes)
 SwallowsBadRegistration = _declaring(_SwallowsBadRegistration)
 ForgetsAllocation = _declaring(_ForgetsAllocation)
 AppendsEnv = _declaring(_AppendsEnv)
+OverstatesMemory = _declaring(_OverstatesMemory)
 
 
 BROKEN = [
@@ -153,6 +166,8 @@ BROKEN = [
     pytest.param(ForgetsAllocation, "test_allocation_round_trips_through_decoder", None, id="lost-allocation"),
     pytest.param(NegativeScore, "test_scores_respect_policy_direction", "chose", id="inverted-score"),
     pytest.param(AppendsEnv, "test_admission_is_idempotent", None, id="non-idempotent-admission"),
+    pytest.param(OverstatesMemory, "test_dra_devices_describe_the_registration", "more memory than registered",
+                 id="dra-overstated-memory"),
 ]
 
 

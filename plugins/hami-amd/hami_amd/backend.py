@@ -45,6 +45,8 @@ from hami_core.plugins import (
     node_capacity,
     resource,
 )
+from hami_core.plugins.dra import CAP_CORES, DraCapacity, DraDevice
+from hami_core.plugins.standard import standard_dra_devices
 from hami_core.wire import keys
 from hami_core.wire.common import INT32_MAX, wire_error
 from hami_core.wire.nodes import decode_node_devices_json
@@ -64,6 +66,8 @@ GPU_INDEX_ANNOTATION = "amd.com/gpu-index"
 PREDICATE_NODE_ANNOTATION = "amd.com/predicate-node"
 #: ``amd.com/gpucores`` is a percentage of the card's compute units.
 MAX_CORE_PERCENT = 100
+#: The DRA attribute with a card's compute units (``devcore``): its ``cores`` capacity is in percent of them.
+ATTR_COMPUTE_UNITS = "computeUnits"
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,3 +178,23 @@ class AmdBackend(StandardBackend):
                       devices: Sequence[ContainerDevice]) -> ContainerAllocation:
         """``Allocate`` for one container (HAMi ``docs/develop/amd-vgpu.md`` §4.2): see :mod:`hami_amd.allocate`."""
         return allocate.allocate(pod, devices)
+
+    # ----------------------------------------------------------------------------------- DRA
+    def hami_dra_devices(self, devices: Sequence[DeviceInfo]) -> list[DraDevice]:
+        """The standard description in AMD's units: ``cores`` is a percentage of the card's compute units (value
+        100, as ``amd.com/gpucores``; a claim naming none takes the whole card's CUs, as HAMi's AMD request does
+        without a core percentage), the CU count is the ``computeUnits`` attribute, and a claim naming no memory
+        takes the whole card's memory (the standard default, HAMi's AMD rule). A card with no CUs registered gets
+        no ``cores`` capacity (HAMi cannot book a percentage of it)."""
+        out = []
+        for dev, info in zip(standard_dra_devices(self, devices), sorted(devices, key=lambda d: (d.index, d.id)),
+                             strict=True):
+            capacity = dict(dev.capacity)
+            if info.devcore > 0:
+                capacity[CAP_CORES] = DraCapacity(MAX_CORE_PERCENT, default=MAX_CORE_PERCENT, minimum=1)
+            else:
+                capacity.pop(CAP_CORES, None)
+            out.append(DraDevice(backend=dev.backend, index=dev.index, uuid=dev.uuid, type=dev.type, numa=dev.numa,
+                                 mode=dev.mode, shared=dev.shared, healthy=dev.healthy, capacity=capacity,
+                                 attributes={ATTR_COMPUTE_UNITS: info.devcore}))
+        return out

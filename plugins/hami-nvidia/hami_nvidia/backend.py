@@ -51,9 +51,11 @@ from hami_core.plugins import (
     standard_allocation_annotations,
     standard_fit,
 )
+from hami_core.plugins.dra import CAP_MEMORY, CAP_SHARES, MIB, DraDevice
 
 # not from hami_core.plugins: there the name ``annotations`` is the ``from __future__`` feature, not the helper
 from hami_core.plugins.objects import annotations
+from hami_core.plugins.standard import standard_dra_devices
 from hami_core.wire import keys
 from hami_core.wire.common import split_list, wire_error
 from hami_core.wire.mig import (
@@ -70,6 +72,8 @@ COMMON_WORD = "NVIDIA"
 VENDOR = "nvidia"
 #: ``DeviceInfo.mode`` of a GPU that HAMi partitions by dynamic MIG (per-node ``operatingmode: mig``).
 MIG_MODE = "mig"
+#: The mode a registration without one means (HAMi's device plugin before modes were registered).
+DEFAULT_MODE = "hami-core"
 
 
 def _has_mig(cand: FitCandidate) -> bool:
@@ -339,6 +343,29 @@ class NvidiaBackend(StandardBackend):
 
         return node.allocate(self.settings, pod, container_index, devices)
 
+
+    # ----------------------------------------------------------------------------------- DRA
+    def hami_dra_devices(self, devices: Sequence[DeviceInfo]) -> list[DraDevice]:
+        """The standard description with NVIDIA's rules: every device says its ``mode`` (``hami-core``, ``mps`` or
+        ``mig``; a registration without one is ``hami-core``), a claim naming no cores consumes ``defaultCores``
+        and one naming no memory ``defaultMemory`` MiB when that is set (else the whole card, as HAMi books a
+        request without memory), and a MIG-mode card is published whole-card-only (not shared, no ``shares``): its
+        share is a MIG instance that the kubelet plugin must create, which DRA's consumable capacity cannot
+        describe, so a claim takes the card."""
+        cfg = self.settings
+        out = []
+        for dev in standard_dra_devices(self, devices, default_cores=cfg.default_cores):
+            mode = dev.mode or DEFAULT_MODE
+            capacity = dict(dev.capacity)
+            memory = capacity.get(CAP_MEMORY)
+            if memory is not None and cfg.default_memory > 0:
+                capacity[CAP_MEMORY] = replace(memory, default=min(cfg.default_memory * MIB, memory.value))
+            if mode == MIG_MODE:
+                capacity.pop(CAP_SHARES, None)
+                out.append(replace(dev, mode=mode, shared=False, capacity=capacity))
+            else:
+                out.append(replace(dev, mode=mode, capacity=capacity))
+        return out
 
 # ------------------------------------------------------------------------------------------ MIG (spec §6.8)
 @lru_cache(maxsize=256)
