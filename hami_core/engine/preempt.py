@@ -34,8 +34,8 @@ from hami_core.plugins.objects import pod_key, pod_ref
 if TYPE_CHECKING:
     from hami_core.engine.facade import Engine
 
-__all__ = ["EXACT_LIMIT", "Candidate", "VictimChoice", "candidates_on", "choose_victims", "placed_candidates",
-           "pod_priority", "preemption_can_help", "rank_choice", "without"]
+__all__ = ["EXACT_LIMIT", "Candidate", "VictimChoice", "candidates_on", "choose_victims", "helpful_nodes",
+           "placed_candidates", "pod_priority", "preemption_can_help", "rank_choice", "without"]
 
 #: Subsets of up to this many useful candidates are searched exhaustively (2**12 fits at worst, about a second).
 EXACT_LIMIT = 12
@@ -88,6 +88,28 @@ def placed_candidates(engine: Engine, node: str, priority: int) -> list[Candidat
     return out
 
 
+def helpful_nodes(engine: Engine, pod: Mapping[str, Any], nodes: Iterable[str]) -> dict[str, list[Candidate]]:
+    """The nodes of ``nodes`` where some preemption can make ``pod`` fit, with their candidates (the placed pods of
+    lower priority that hold a device the pod asks for), in ``nodes``' order.
+
+    One batched fit instead of one per node: every such candidate of every node leaves the ledger together and the
+    pod is fitted on all the nodes that had one at once. The answer is the same as :func:`preemption_can_help` node
+    by node, since a node's fit depends on that node's bookings alone (a namespace quota aside, which the batched
+    view makes more lenient: the candidates are fitted again one node at a time by :func:`choose_victims`)."""
+    priority = pod_priority(pod)
+    wanted = _backends_requested(engine, pod)
+    by_node: dict[str, list[Candidate]] = {}
+    for node in nodes:
+        useful = _useful(engine, pod, node, placed_candidates(engine, node, priority), priority, wanted)
+        if useful:
+            by_node[node] = useful
+    if not by_node:
+        return {}
+    with without(engine, [c.key for useful in by_node.values() for c in useful]):
+        fitting = set(engine.schedule(pod, list(by_node)).nodes)
+    return {node: useful for node, useful in by_node.items() if node in fitting}
+
+
 def preemption_can_help(engine: Engine, pod: Mapping[str, Any], node: str, candidates: Sequence[Candidate]) -> bool:
     """Would the pod fit its devices on ``node`` with every one of ``candidates`` gone?"""
     useful = _useful(engine, pod, node, candidates, pod_priority(pod))
@@ -95,18 +117,20 @@ def preemption_can_help(engine: Engine, pod: Mapping[str, Any], node: str, candi
 
 
 def choose_victims(engine: Engine, pod: Mapping[str, Any], node: str, candidates: Sequence[Candidate], *,
-                   exact_limit: int = EXACT_LIMIT) -> VictimChoice:
+                   exact_limit: int = EXACT_LIMIT, helpful: bool = False) -> VictimChoice:
     """The fewest, lowest-priority ``candidates`` on ``node`` whose removal lets ``pod`` fit its devices there.
 
     ``fits`` with no victims when the pod fits already. Candidates of equal or higher priority, and candidates that
-    hold nothing the pod asks for on that node, are never chosen.
+    hold nothing the pod asks for on that node, are never chosen. ``helpful``: the caller knows (from
+    :func:`helpful_nodes`) that the pod does not fit as things are and does with every candidate gone, which saves
+    the two fits that establish it.
     """
-    if _fits(engine, pod, node, ()):
+    if not helpful and _fits(engine, pod, node, ()):
         return VictimChoice(node, True)
     useful = _useful(engine, pod, node, candidates, pod_priority(pod))
     if not useful:
         return VictimChoice(node, False, reason="no lower-priority pod holds a device the pod asks for")
-    if not _fits(engine, pod, node, [c.key for c in useful]):
+    if not helpful and not _fits(engine, pod, node, [c.key for c in useful]):
         return VictimChoice(node, False, reason="the pod does not fit even with every lower-priority pod gone")
     victims = _exact(engine, pod, node, useful) if len(useful) <= exact_limit else _reprieve(engine, pod, node, useful)
     return VictimChoice(node, True, tuple(sorted(victims, key=lambda c: (c.priority, c.ref))))
@@ -121,8 +145,9 @@ def rank_choice(choice: VictimChoice, pdb: int = 0) -> tuple[int, int, int, int,
 
 
 def _useful(engine: Engine, pod: Mapping[str, Any], node: str, candidates: Sequence[Candidate],
-            priority: int) -> list[Candidate]:
-    wanted = _backends_requested(engine, pod)
+            priority: int, wanted: frozenset[str] | None = None) -> list[Candidate]:
+    if wanted is None:
+        wanted = _backends_requested(engine, pod)
     bookings = {b.key: b for b in engine.ledger.on_node(node)}
     out: list[Candidate] = []
     seen: set[str] = set()

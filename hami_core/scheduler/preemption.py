@@ -40,7 +40,15 @@ from typing import TYPE_CHECKING, Any
 
 from hami_core.cluster.base import ConflictError, NotFoundError
 from hami_core.engine.pods import metadata, pod_priority
-from hami_core.engine.preempt import Candidate, VictimChoice, choose_victims, placed_candidates, rank_choice, without
+from hami_core.engine.preempt import (
+    Candidate,
+    VictimChoice,
+    choose_victims,
+    helpful_nodes,
+    placed_candidates,
+    rank_choice,
+    without,
+)
 from hami_core.plugins.errors import HamiError
 from hami_core.plugins.objects import pod_key, pod_ref
 from hami_core.scheduler.extwire import BadRequest, lower_keys
@@ -156,13 +164,10 @@ class Preemption:
         return Preempted(best.node, best.victims, pdb)
 
     def _options(self, pod: Mapping[str, Any], failed: Mapping[str, str]) -> list[VictimChoice]:
-        priority = pod_priority(pod)
         options = []
-        for node in sorted(failed)[: self.max_nodes]:
-            candidates = placed_candidates(self.engine, node, priority)
-            if not candidates:
-                continue
-            choice = choose_victims(self.engine, pod, node, candidates, exact_limit=self.exact_limit)
+        # one batched fit finds the nodes where any preemption helps; the victims are then worked out on those alone
+        for node, candidates in helpful_nodes(self.engine, pod, sorted(failed)[: self.max_nodes]).items():
+            choice = choose_victims(self.engine, pod, node, candidates, exact_limit=self.exact_limit, helpful=True)
             if choice.fits and choice.victims:
                 options.append(choice)
         return sorted(options, key=rank_choice)

@@ -18,7 +18,7 @@ import numpy as np
 
 from hami_core.engine.decision import Decision
 from hami_core.engine.facade import Engine
-from hami_core.engine.pods import pod_key, pod_priority
+from hami_core.engine.pods import pod_key
 from hami_core.plugins.errors import AdmissionDenied, AdmissionFailed
 from hami_core.sim.fragmentation import FULL, FragmentationModel, TaskClass
 from hami_core.sim.workload import SimPod
@@ -39,6 +39,9 @@ CPU_POD_PLACEMENTS = ("policy", "least-allocated")
 #: nodes too), each with an exact search over at most this many useful candidates.
 PREEMPT_CANDIDATE_NODES = 10
 PREEMPT_EXACT_LIMIT = 6
+#: ... looked for in batches of this many nodes (kube-scheduler's minCandidateNodesAbsolute), from an offset that
+#: moves on by a batch at each preemption, as kube-scheduler's random offset spreads its dry runs
+PREEMPT_BATCH = 100
 
 
 @dataclass(slots=True)
@@ -112,6 +115,7 @@ class Replay:
         self.preemption = preemption
         # placed GPU pods by ledger key: (task, admitted pod, node, its placement), the victims preemption may pick
         self.live: dict[str, tuple[SimPod, Mapping[str, Any], str, Placed]] = {}
+        self._preempt_offset = 0
         self.names: list[str] = []
         cpu, mem = [], []
         for node in nodes:
@@ -258,30 +262,44 @@ class Replay:
         to :data:`PREEMPT_CANDIDATE_NODES` nodes where some set of lower-priority pods makes room (CPU and memory
         included), the node whose victims rank best; the victims are evicted (not resubmitted) and the pod placed.
         A node short of CPU or memory alone is not preempted on: the victims are chosen for the devices."""
-        from hami_core.engine.preempt import choose_victims, placed_candidates, rank_choice, without
+        from hami_core.engine.preempt import VictimChoice, rank_choice
 
-        engine, priority = self.engine, pod_priority(pod)
-        choices = []
-        for node in self.names:
-            candidates = placed_candidates(engine, node, priority)
-            if not candidates:
-                continue
+        choices: list[VictimChoice] = []
+        # kube-scheduler's dry run looks at nodes from a rotating offset, in batches, until it has enough candidates
+        start = self._preempt_offset % len(self.names) if self.names else 0
+        self._preempt_offset += PREEMPT_BATCH
+        order = self.names[start:] + self.names[:start]
+        for b in range(0, len(order), PREEMPT_BATCH):
+            if len(choices) >= PREEMPT_CANDIDATE_NODES:
+                break
+            self._preempt_batch(pod, task, order[b:b + PREEMPT_BATCH], choices)
+        if not choices:
+            return None
+        return self._evict_for(pod, task, min(choices, key=rank_choice))
+
+    def _preempt_batch(self, pod: Mapping[str, Any], task: SimPod, nodes: list[str], choices: list[Any]) -> None:
+        from hami_core.engine.preempt import choose_victims, helpful_nodes
+
+        engine = self.engine
+        for node, candidates in helpful_nodes(engine, pod, nodes).items():
             i = self.row[node]
             freeable = [self.live[c.key][0] for c in candidates if c.key in self.live]
             if (self.cpu_free[i] + sum(t.cpu_milli for t in freeable) < task.cpu_milli
                     or self.mem_free[i] + sum(t.memory_mib for t in freeable) < task.memory_mib):
                 continue
-            choice = choose_victims(engine, pod, node, candidates, exact_limit=PREEMPT_EXACT_LIMIT)
+            choice = choose_victims(engine, pod, node, candidates, exact_limit=PREEMPT_EXACT_LIMIT, helpful=True)
             if choice.fits and choice.victims:
                 freed = [self.live[v.key][0] for v in choice.victims]
                 if (self.cpu_free[i] + sum(t.cpu_milli for t in freed) >= task.cpu_milli
                         and self.mem_free[i] + sum(t.memory_mib for t in freed) >= task.memory_mib):
                     choices.append(choice)
                     if len(choices) >= PREEMPT_CANDIDATE_NODES:
-                        break
-        if not choices:
-            return None
-        best = min(choices, key=rank_choice)
+                        return
+
+    def _evict_for(self, pod: Mapping[str, Any], task: SimPod, best: Any) -> tuple[Decision, tuple[str, ...]] | None:
+        from hami_core.engine.preempt import without
+
+        engine = self.engine
         with without(engine, [v.key for v in best.victims]):
             decision = engine.schedule(pod, [best.node])
         if not decision.ok:

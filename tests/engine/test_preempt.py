@@ -203,3 +203,37 @@ def test_placed_candidates_come_from_the_engine_alone(engine) -> None:
     assert placed_candidates(engine, "n1", 1000) == [Candidate("uid-a", "default/a", "uid-a", 5)]
     engine.remove_pod(pods[0])
     assert placed_candidates(engine, "n1", 1000) == []
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(layout=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 1), st.integers(1, 8), st.integers(0, 3)),
+                       min_size=1, max_size=12),
+       need=st.integers(1, 8), nums=st.integers(1, 2), prio=st.integers(1, 4))
+def test_helpful_nodes_agrees_with_each_node_alone(make_engine, layout, need, nums, prio) -> None:
+    """The batched answer (every candidate of every node out at once, one fit) is the per-node answer."""
+    from hami_core.engine.preempt import helpful_nodes, placed_candidates
+
+    engine = make_engine()
+    nodes = [f"n{i}" for i in range(4)]
+    for node in nodes:
+        engine.upsert_node(make_node(node, [acme_device(i, id=f"{node}-dev{i}") for i in range(2)]))
+    free: dict[tuple[str, int], int] = {}
+    for i, (n, card, thousands, priority) in enumerate(layout):
+        node, uuid = nodes[n], f"{nodes[n]}-dev{card}"
+        if free.setdefault((node, card), 8000) < thousands * 1000:
+            continue
+        free[node, card] -= thousands * 1000
+        pod = scheduled(make_pod(f"p{i}", acme(1, thousands * 1000)), node, f"{uuid},ACME,{thousands * 1000},0:;")
+        pod["spec"].update(priority=priority, nodeName=node)
+        engine.upsert_pod(pod)
+    before = {n: sorted((d.id, d.used, d.usedmem) for d in engine.nodes[n].by_uuid.values()) for n in nodes}
+    vip = preemptor(need * 1000, prio, nums=nums)
+
+    batched = helpful_nodes(engine, vip, nodes)
+
+    alone = [n for n in nodes if preemption_can_help(engine, vip, n, placed_candidates(engine, n, prio))]
+    assert list(batched) == alone
+    assert {n: sorted((d.id, d.used, d.usedmem) for d in engine.nodes[n].by_uuid.values()) for n in nodes} == before
+    for node, candidates in batched.items():
+        assert candidates and all(c.priority < prio for c in candidates)
+        assert choose_victims(engine, vip, node, candidates, helpful=True).fits
