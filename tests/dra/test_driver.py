@@ -288,3 +288,57 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 5.0) -> None:
         time.sleep(0.01)
 
 
+
+
+# ------------------------------------------------------------------------------------------ over the official client
+
+@pytest.fixture
+def kube() -> Iterator[tuple[Any, Any]]:
+    from kubeapi.fake_apiserver import FakeApiServer
+    from kubernetes import client
+
+    from hami_core.cluster.kube import KubeCluster
+
+    with FakeApiServer() as server:
+        api = client.ApiClient(client.Configuration(host=server.url))
+        cluster = KubeCluster(api_client=api, qps=0, request_timeout_s=5)
+        server.create("nodes", "", {"metadata": {"name": NODE}})
+        try:
+            yield server, cluster
+        finally:
+            cluster.close()
+            api.close()
+
+
+def test_publishing_through_the_api_server(kube: tuple[Any, Any]) -> None:
+    server, cluster = kube
+    FOUND[:] = [DeviceInfo(id="ACME-0", index=0, count=4, devmem=81920, devcore=100, type="ACME-X", health=True)]
+    d = make(cluster)
+    d.discover()
+    assert d.publish()["ACME"].generation == 1
+    (item,) = published(cluster)
+    assert item["kind"] == "ResourceSlice" and item["metadata"]["ownerReferences"][0]["kind"] == "Node"
+    assert item["spec"]["devices"][0]["capacity"]["memory"]["value"] == "80Gi"  # the server's canonical form
+    assert ("GET", "/apis/resource.k8s.io/v1/resourceslices") in [(m, p) for m, p, _ in server.requests]
+    writes = len([r for r in server.requests if r[0] in ("POST", "PUT", "DELETE")])
+    assert not d.publish()["ACME"].changed  # 80Gi is 81920Mi: nothing to write
+    assert len([r for r in server.requests if r[0] in ("POST", "PUT", "DELETE")]) == writes
+    d.on_health("ACME", "ACME-0", False)
+    assert d.publish()["ACME"].generation == 2
+    (item,) = published(cluster)
+    assert item["spec"]["pool"]["generation"] == 2 and "devices" not in item["spec"]
+    assert withdraw(cluster, NODE, [BACKEND]) == [f"{NODE}-acme"] and not published(cluster)
+
+
+def test_device_classes_through_the_api_server(kube: tuple[Any, Any]) -> None:
+    from hami_core.dra.deviceclass import device_class
+
+    _, cluster = kube
+    created = cluster.create_device_class(device_class("ACME"))
+    assert created["metadata"]["name"] == "hami-core-acme.project-hami.io"
+    created["spec"]["selectors"].append({"cel": {"expression": "true"}})
+    cluster.update_device_class(created)
+    (listed,) = cluster.list_device_classes()
+    assert len(listed["spec"]["selectors"]) == 2 and listed["kind"] == "DeviceClass"
+    cluster.delete_device_class(listed["metadata"]["name"])
+    assert cluster.list_device_classes() == []

@@ -613,3 +613,65 @@ class _Handler(BaseHTTPRequestHandler):
 RESOURCES.setdefault("resourceclaims", ("resource.k8s.io/v1", "ResourceClaim", True))
 if "resource" not in _PATH.pattern:
     _PATH = re.compile(_PATH.pattern.replace("|apis/policy/v1)", r"|apis/policy/v1|apis/resource\.k8s\.io/v1)"))
+
+
+# --- DRA (issue 30), publishing: ResourceSlices and DeviceClasses (cluster-scoped) under /apis/resource.k8s.io/v1.
+# As kube-apiserver: ResourceSlice LISTs take the field selectors spec.nodeName, spec.driver and spec.pool.name
+# (comma-joined), and stored capacity quantities come back canonical (81920Mi as 80Gi), so a driver that compares
+# strings would see a change on every resync.
+RESOURCES.setdefault("resourceslices", ("resource.k8s.io/v1", "ResourceSlice", False))
+RESOURCES.setdefault("deviceclasses", ("resource.k8s.io/v1", "DeviceClass", False))
+if "resource" not in _PATH.pattern:
+    _PATH = re.compile(_PATH.pattern.replace("|apis/policy/v1)", r"|apis/policy/v1|apis/resource\.k8s\.io/v1)"))
+
+_SLICE_FIELDS = {"spec.nodeName": lambda o: (o.get("spec") or {}).get("nodeName"),
+                 "spec.driver": lambda o: (o.get("spec") or {}).get("driver"),
+                 "spec.pool.name": lambda o: ((o.get("spec") or {}).get("pool") or {}).get("name")}
+_BINARY = (("Ei", 2**60), ("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
+
+
+def canonical_quantity(text: Any) -> Any:
+    """A binary quantity in kube-apiserver's canonical form: the largest suffix that divides it (``81920Mi`` ->
+    ``80Gi``); anything else unchanged."""
+    match = re.fullmatch(r"(\d+)(Ki|Mi|Gi|Ti|Pi|Ei)", str(text))
+    if not match:
+        return text
+    value = int(match[1]) * dict(_BINARY)[match[2]]
+    return next((f"{value // size}{suffix}" for suffix, size in _BINARY if value % size == 0), str(value))
+
+
+def _canonical_slice(body: Any) -> None:
+    for device in ((body or {}).get("spec") or {}).get("devices") or []:
+        for cap in (device.get("capacity") or {}).values():
+            if isinstance(cap, dict) and "value" in cap:
+                cap["value"] = canonical_quantity(cap["value"])
+
+
+_handle_before_resource_slices = _Handler._handle
+
+
+def _handle_resource_slices(self: _Handler, method: str, plural: str, ns: str, name: str | None, sub: str | None,
+                            query: dict[str, str], body: Any) -> tuple[int, Any] | None:
+    if plural == "resourceslices" and method in ("POST", "PUT") and isinstance(body, dict):
+        _canonical_slice(body)
+    selector = query.get("fieldSelector") or ""
+    if plural != "resourceslices" or method != "GET" or name is not None or not selector \
+            or query.get("watch") in ("true", "1"):
+        return _handle_before_resource_slices(self, method, plural, ns, name, sub, query, body)
+    wanted = []
+    for term in selector.split(","):
+        key, _, value = term.partition("=")
+        if key not in _SLICE_FIELDS:
+            raise ApiError(status(400, "BadRequest", f'"{key}" is not a known field selector: only "spec.nodeName", '
+                                  '"spec.driver", "spec.pool.name"'))
+        wanted.append((_SLICE_FIELDS[key], value))
+    items, rv = self.api.list(plural)
+    items = [item for item in items if all(get(item) == value for get, value in wanted)]
+    for item in items:
+        item.pop("kind", None)
+        item.pop("apiVersion", None)
+    return 200, {"kind": "ResourceSliceList", "apiVersion": "resource.k8s.io/v1",
+                 "metadata": {"resourceVersion": str(rv)}, "items": items}
+
+
+_Handler._handle = _handle_resource_slices  # type: ignore[method-assign]
