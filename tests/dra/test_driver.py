@@ -342,3 +342,30 @@ def test_device_classes_through_the_api_server(kube: tuple[Any, Any]) -> None:
     assert len(listed["spec"]["selectors"]) == 2 and listed["kind"] == "DeviceClass"
     cluster.delete_device_class(listed["metadata"]["name"])
     assert cluster.list_device_classes() == []
+
+
+def test_memory_cluster_slices_and_classes(cluster: MemoryCluster) -> None:
+    from hami_core.cluster.base import ConflictError, NotFoundError
+    from hami_core.dra.deviceclass import device_class
+    from hami_core.dra.slices import build_slices
+    from hami_core.plugins.standard import standard_dra_devices
+
+    (item,) = build_slices(NODE, "ACME", standard_dra_devices(BACKEND, [gpu(0)]))
+    stored = cluster.create_resource_slice(item)
+    with pytest.raises(ConflictError):
+        cluster.create_resource_slice(item)
+    stale = dict(stored, metadata={**stored["metadata"]})
+    cluster.update_resource_slice(stored)  # unchanged spec: metadata.generation stays
+    assert published(cluster)[0]["metadata"]["generation"] == 1
+    with pytest.raises(ConflictError):
+        cluster.update_resource_slice(stale)  # its resourceVersion is behind now
+    assert cluster.list_resource_slices(node="other") == [] and cluster.list_resource_slices(driver="x") == []
+    cluster.delete_resource_slice(item["metadata"]["name"])
+    with pytest.raises(NotFoundError):
+        cluster.delete_resource_slice(item["metadata"]["name"])
+    cls = cluster.create_device_class(device_class("ACME"))
+    cls["spec"]["selectors"] = []
+    assert cluster.update_device_class(cls)["metadata"]["generation"] == 2
+    assert [c["metadata"]["name"] for c in cluster.list_device_classes()] == ["hami-core-acme.project-hami.io"]
+    cluster.delete_device_class("hami-core-acme.project-hami.io")
+    assert cluster.list_device_classes() == []

@@ -9,6 +9,8 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hami_core import hookimpl
 from hami_core.dra.deviceclass import device_class, device_classes, selector_expression
@@ -248,3 +250,30 @@ def test_device_classes_one_per_backend_sorted() -> None:
     names = [c["metadata"]["name"] for c in device_classes(["NVIDIA", "AMD", "NVIDIA"])]
     assert names == ["hami-core-amd.project-hami.io", "hami-core-gpu.project-hami.io"]
     assert selector_expression("AMD") == 'device.driver == "hami-core-amd.project-hami.io"'
+
+
+# ------------------------------------------------------------------------------------------ plan, any pool
+
+_DEVICE = st.builds(lambda i, count, mem, healthy: replace(
+    standard_dra_devices(backend(), [info(i, count=count, mem=mem)])[0], healthy=healthy),
+    st.integers(0, 300), st.integers(1, 12), st.integers(0, 200_000), st.booleans())
+_POOL = st.lists(_DEVICE, max_size=140, unique_by=lambda d: d.index)
+
+
+@settings(max_examples=60, deadline=None)
+@given(before=_POOL, after=_POOL, generation=st.integers(1, 10**6))
+def test_plan_bumps_exactly_on_change(before: list[DraDevice], after: list[DraDevice], generation: int) -> None:
+    published = as_server_stores(build_slices("n", "NVIDIA", before, generation=generation))
+    p = plan("n", "NVIDIA", after, published)
+    same = [canonical(s) for s in build_slices("n", "NVIDIA", after)] == [canonical(s) for s in published]
+    assert p.changed != same
+    assert p.generation == (generation if same else generation + 1)
+    if p.changed:  # applying the plan gives exactly the wanted pool, every slice at the new generation
+        kept = {s["metadata"]["name"]: s for s in published}
+        for item in [*p.update, *p.create]:
+            kept[item["metadata"]["name"]] = item
+        for name in p.delete:
+            del kept[name]
+        assert sorted(kept) == sorted(s["metadata"]["name"] for s in build_slices("n", "NVIDIA", after))
+        assert {s["spec"]["pool"]["generation"] for s in kept.values()} == {generation + 1}
+        assert not plan("n", "NVIDIA", after, as_server_stores(list(kept.values()))).changed
