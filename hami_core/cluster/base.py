@@ -134,3 +134,21 @@ class Cluster(Protocol):
     def delete_device_class(self, name: str) -> None:
         """Delete a DeviceClass; raises :class:`NotFoundError`."""
         ...
+
+    # --- DRA translating webhook (issue 30): the Namespace's mode label and the pods' ResourceClaimTemplates.
+    def get_namespace(self, name: str) -> dict[str, Any]:
+        """The Namespace; raises :class:`NotFoundError`."""
+        ...
+
+    def get_resource_claim_template(self, namespace: str, name: str) -> dict[str, Any]:
+        """The ResourceClaimTemplate (resource.k8s.io/v1); raises :class:`NotFoundError`."""
+        ...
+
+    def create_resource_claim_template(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Create a ResourceClaimTemplate in ``metadata.namespace``; :class:`ConflictError` when one of that name
+        exists."""
+        ...
+
+    def delete_resource_claim_template(self, namespace: str, name: str) -> None:
+        """Delete a ResourceClaimTemplate; raises :class:`NotFoundError`."""
+        ...

@@ -390,3 +390,49 @@ class MemoryCluster:
 
     def delete_device_class(self, name: str) -> None:
         self._dra_delete("DeviceClass", name)
+
+    # --- DRA translating webhook (issue 30): Namespaces and ResourceClaimTemplates (namespaced, by (namespace, name)).
+    def add_namespace(self, obj: Mapping[str, Any]) -> None:
+        """Create or replace a Namespace (tests label it ``hami.io/device-mode: dra``)."""
+        item = clone(dict(obj))
+        item.setdefault("kind", "Namespace")
+        item.setdefault("apiVersion", "v1")
+        with self._lock:
+            self.__dict__.setdefault("namespaces", {})[item["metadata"]["name"]] = item
+
+    def get_namespace(self, name: str) -> dict[str, Any]:
+        with self._lock:
+            item = self.__dict__.get("namespaces", {}).get(name)
+            if item is None:
+                raise NotFoundError(f'namespaces "{name}" not found')
+            return clone(item)
+
+    def _templates(self) -> dict[tuple[str, str], dict[str, Any]]:
+        store: dict[tuple[str, str], dict[str, Any]] = self.__dict__.setdefault("claim_templates", {})
+        return store
+
+    def get_resource_claim_template(self, namespace: str, name: str) -> dict[str, Any]:
+        with self._lock:
+            item = self._templates().get((namespace, name))
+            if item is None:
+                raise NotFoundError(f'resourceclaimtemplates.resource.k8s.io "{name}" not found in {namespace}')
+            return clone(item)
+
+    def create_resource_claim_template(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        item = clone(dict(obj))
+        item.setdefault("kind", "ResourceClaimTemplate")
+        item.setdefault("apiVersion", "resource.k8s.io/v1")
+        meta = item.setdefault("metadata", {})
+        meta.setdefault("namespace", "default")
+        key = (meta["namespace"], meta.get("name"))
+        with self._lock:
+            if key in self._templates():
+                raise ConflictError(f'resourceclaimtemplates.resource.k8s.io "{key[1]}" already exists')
+            meta.setdefault("uid", f"uid-resourceclaimtemplate-{key[0]}-{key[1]}")
+            self._templates()[(key[0], str(key[1]))] = self._stamp(item)
+            return clone(item)
+
+    def delete_resource_claim_template(self, namespace: str, name: str) -> None:
+        with self._lock:
+            if self._templates().pop((namespace, name), None) is None:
+                raise NotFoundError(f'resourceclaimtemplates.resource.k8s.io "{name}" not found in {namespace}')

@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from hami_core.engine.facade import Engine
 from hami_core.engine.pods import metadata, pod_ref, pod_shape_error
@@ -32,7 +32,7 @@ from hami_core.scheduler.reqmetrics import RequestMetrics
 from hami_core.wire import keys
 from hami_core.wire.owned import changed_owned, first_owned, owned_annotations
 
-__all__ = ["Webhook", "json_patch", "pointer"]
+__all__ = ["DraAdmitter", "Webhook", "json_patch", "pointer"]
 
 log = logging.getLogger("hami.scheduler.webhook")
 
@@ -134,6 +134,15 @@ def _username(request: Mapping[str, Any]) -> str:
     return name if isinstance(name, str) and name else "<no userInfo>"
 
 
+class DraAdmitter(Protocol):
+    """The DRA step of a CREATE (issue 30, :class:`hami_core.dra.mode.DraAdmission`): ``None`` leaves the pod to
+    the device-plugin path, else the JSON patch that turns its HAMi requests into a ResourceClaim."""
+
+    def admit(self, pod: Mapping[str, Any], namespace: str, *, dry_run: bool = False,
+              lock: Any = None) -> list[dict[str, Any]] | None:
+        ...
+
+
 class Webhook:
     """Admits pods through :meth:`Engine.admit` (the engine lock is shared with the extender) and guards the
     scheduler-owned annotations of every pod.
@@ -143,8 +152,10 @@ class Webhook:
     """
 
     def __init__(self, engine: Engine, *, engine_lock: threading.RLock | None = None,
-                 trusted: TrustedIdentities | None = None) -> None:
+                 trusted: TrustedIdentities | None = None, dra: DraAdmitter | None = None) -> None:
         self.engine = engine
+        #: DRA mode (issue 30): pods of DRA-mode namespaces (or all, --device-mode dra) are translated to claims
+        self.dra = dra
         self.lock = engine_lock if engine_lock is not None else threading.RLock()
         self.trusted = trusted if trusted is not None else TrustedIdentities.of()
         #: every key only hami's components may write, from the engine's backends (a new vendor is covered)
@@ -219,6 +230,10 @@ class Webhook:
         labels = metadata(pod).get("labels") or {}
         if isinstance(labels, Mapping) and labels.get(keys.WEBHOOK_LABEL) == keys.WEBHOOK_IGNORE:
             return {"allowed": True, "status": {"code": 200}}, "opted_out"
+        if self.dra is not None:
+            translated = self._dra(pod, request)
+            if translated is not None:
+                return translated
         try:
             namespace = request.get("namespace")
             with self.lock:
@@ -239,6 +254,22 @@ class Webhook:
         log.debug("admitted %s/%s with %d patch operation(s)", metadata(pod).get("namespace"),
                   metadata(pod).get("name"), len(ops))
         return out, "mutated" if ops else "unchanged"
+
+    def _dra(self, pod: Mapping[str, Any], request: Mapping[str, Any]) -> tuple[dict[str, Any], str] | None:
+        """The DRA translation of a CREATE (``None``: not in DRA mode, or no HAMi request): the pod keeps its
+        schedulerName (kube-scheduler allocates the claim); a dry-run review creates no template."""
+        assert self.dra is not None
+        namespace = metadata(pod).get("namespace") or request.get("namespace") or "default"
+        try:
+            ops = self.dra.admit(pod, str(namespace), dry_run=request.get("dryRun") is True, lock=self.lock)
+        except HamiError as exc:
+            log.warning("denied CREATE of pod %s: %s", _ref(pod, request), exc)
+            return _bad(str(exc)), "invalid_request"
+        if ops is None:
+            return None
+        out: dict[str, Any] = {"allowed": True, "status": {"code": 200}, "patchType": "JSONPatch",
+                               "patch": base64.b64encode(json.dumps(ops, separators=(",", ":")).encode()).decode()}
+        return out, "mutated"
 
     def _update(self, request: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
         """Allow as sent, or deny: an UPDATE is never patched (the pod already exists; its spec is not ours to
