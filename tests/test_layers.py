@@ -91,6 +91,9 @@ ALLOWED: frozenset[tuple[str, str, str]] = frozenset({
     ("layer", "hami_core/plugins/hookspecs.py", "hami_core.engine.workload"),
     # TYPE_CHECKING back-references to Extender from the modules being split out of it (issue 27 point 3).
     ("cycle", "hami_core/scheduler/extender.py", "hami_core.scheduler.podgate"),
+    # Issue 30: the webhook's DRA step (hami_core.dra.mode.DraAdmission, with the pure hami_core.dra.translate) is
+    # built by the scheduler service; moving translate and mode below the components removes it.
+    ("layer", "hami_core/scheduler/app.py", "hami_core.dra.mode"),
 })
 
 

@@ -16,8 +16,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["DEVICE_PLUGIN", "DRA", "MODE_LABEL", "REFUSED_REASON", "device_plugin_refusal", "extender_refusal",
-           "node_mode", "refuse"]
+__all__ = ["DEVICE_PLUGIN", "DRA", "MODE_LABEL", "REFUSED_REASON", "check_device_plugin_node", "device_plugin_refusal",
+           "extender_refusal", "node_mode", "refuse"]
 
 log = logging.getLogger("hami.cluster.devicemode")
 
@@ -71,3 +71,21 @@ def refuse(cluster: Any, node: Mapping[str, Any], component: str, message: str) 
         cluster.event(obj, "Warning", REFUSED_REASON, f"{component}: {message}")
     except Exception as exc:  # an event is a courtesy; the refusal is the log line and the exit
         log.warning("%s: could not record the event on node %s: %s", component, _name(node), exc)
+
+
+def check_device_plugin_node(cluster: Any, node_name: str) -> None:
+    """Refuse to start ``hami device-plugin`` on a DRA node: a Warning event on the Node, a log line, and a
+    :class:`~hami_core.plugins.errors.HamiError` (the command exits). A node that cannot be read is not refused
+    (the device plugin then starts as it always has; its registration loop reports the node)."""
+    from hami_core.plugins.errors import HamiError
+
+    try:
+        node = cluster.get_node(node_name)
+    except Exception as exc:
+        log.warning("device-plugin: cannot read node %s to check its %s label (%s); starting", node_name,
+                    MODE_LABEL, exc)
+        return
+    message = device_plugin_refusal(node)
+    if message is not None:
+        refuse(cluster, node, "hami device-plugin", message)
+        raise HamiError(message)

@@ -132,6 +132,9 @@ def run(args: argparse.Namespace) -> int:
         gone = driver.withdraw(cluster, node_name, backends)
         print(f"node {node_name}: deleted {len(gone)} ResourceSlice(s){': ' if gone else ''}{', '.join(gone)}")
         return 0
+    from hami_core.dra.mode import check_dra_node
+
+    check_dra_node(cluster, node_name, backends, from_registration=args.from_registration)  # one mode per node
     app = driver.DraDriver(pm, backends, cluster, node_name, registration=args.from_registration,
                            resync_s=args.resync)
     stop = stop_on_signals()

@@ -30,6 +30,7 @@ from hami_core.cluster.devicemode import (
     refuse,
 )
 from hami_core.dra.translate import TranslateError, Translation, translate
+from hami_core.plugins.errors import HamiError
 from hami_core.plugins.types import DeviceBackend
 
 __all__ = [
@@ -41,6 +42,7 @@ __all__ = [
     "REFUSED_REASON",
     "DraAdmission",
     "NamespaceModes",
+    "check_dra_node",
     "device_plugin_refusal",
     "dra_driver_refusal",
     "ensure_template",
@@ -74,6 +76,22 @@ def dra_driver_refusal(node: Mapping[str, Any], backends: Iterable[DeviceBackend
                     f"registration annotation {key}: it is configured for both modes; stop hami device-plugin "
                     "there and remove the annotation")
     return None
+
+
+def check_dra_node(cluster: Any, node_name: str, backends: Iterable[DeviceBackend], *,
+                   from_registration: bool = False) -> None:
+    """Refuse to start ``hami dra-driver`` for a node :func:`dra_driver_refusal` refuses: a Warning event on the
+    Node, a log line and a :class:`~hami_core.plugins.errors.HamiError` (the command exits). ``from_registration``
+    (``--from-registration``: publish what the registration annotation says, for fake clusters) leaves the
+    annotation check out, since the annotation is then the driver's own source, not the device plugin's."""
+    try:
+        node = cluster.get_node(node_name)
+    except NotFoundError:
+        raise HamiError(f"node {node_name} not found: the DRA driver publishes for an existing Node") from None
+    message = dra_driver_refusal(node, [] if from_registration else backends)
+    if message is not None:
+        refuse(cluster, node, "hami dra-driver", message)
+        raise HamiError(message)
 
 
 class NamespaceModes:
@@ -151,13 +169,14 @@ class DraAdmission:
               lock: Any = None) -> list[dict[str, Any]] | None:
         """Raises :class:`TranslateError` (a 400 to the webhook) for what DRA cannot express or a clashing
         template; other :class:`~hami_core.plugins.errors.HamiError` from the cluster."""
-        if self.modes.mode(namespace) != DRA:
-            return None
         if lock is not None:
             with lock:
                 requests = self.engine.requests(pod)
         else:
             requests = self.engine.requests(pod)
+        # the namespace is read only for a pod that asks HAMi devices
+        if requests.empty or self.modes.mode(namespace) != DRA:
+            return None
         translation = translate(pod, requests, self.engine.backends, namespace=namespace)
         if translation is None:
             return None

@@ -57,6 +57,9 @@ def run(args: argparse.Namespace) -> int:
         raise HamiError(f"no device backend for vendor {args.vendor!r} (is the {args.vendor} plugin installed "
                         "and its section in the device config?)")
     cluster = cluster_from_args(args, qps=5.0, burst=10)
+    from hami_core.cluster.devicemode import check_device_plugin_node
+
+    check_device_plugin_node(cluster, node_name)  # one mode per node (issue 30): never serve a DRA node
     app = DevicePluginApp(pm, backends[0], cluster, node_name, plugin_dir=args.kubelet_dir,
                           register_interval_s=args.register_interval)
     stop = stop_on_signals()

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hami_core.cluster.base import Cluster
+from hami_core.dra.mode import DraAdmission
 from hami_core.engine.facade import Engine
 from hami_core.scheduler.aioserver import AsyncSchedulerServer
 from hami_core.scheduler.auth import Auth
@@ -77,6 +78,9 @@ class Options:
     trusted_users: tuple[str, ...] | None = None
     #: ``--trusted-groups``: group names that may (none by default; ``system:nodes`` is not trusted)
     trusted_groups: tuple[str, ...] = ()
+    #: DRA mode (issue 30): ``dra`` translates every pod's HAMi requests into ResourceClaims; ``device-plugin``
+    #: only those of Namespaces labelled ``hami.io/device-mode: dra``
+    device_mode: str = "device-plugin"
 
 
 #: ``--http-server`` choices (the first is the default).
@@ -127,7 +131,8 @@ class Scheduler:
         self.extender.pods = self.sync.pods  # a request's pod is the one this feed holds, never the body's
         self.extender.locker.poll_s = WATCHED_POLL_S
         self.webhook = Webhook(engine, engine_lock=self.lock,
-                               trusted=TrustedIdentities.of(self.options.trusted_users, self.options.trusted_groups))
+                               trusted=TrustedIdentities.of(self.options.trusted_users, self.options.trusted_groups),
+                               dra=DraAdmission(engine, cluster, self.options.device_mode))
         #: what filters, binds and reviews did, and the leader gauge: one set for both listeners, on /metrics
         self.request_metrics = RequestMetrics(is_leader)
         self.extender.metrics = self.webhook.metrics = self.request_metrics

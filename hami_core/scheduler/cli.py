@@ -123,6 +123,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="lease name (default: hami-scheduler)")
     parser.add_argument("--leader-elect-resource-namespace", default="kube-system", metavar="NAMESPACE",
                         help="lease namespace (default: kube-system)")
+    parser.add_argument("--device-mode", choices=("device-plugin", "dra"), default="device-plugin",
+                        help="device-plugin (default): hami's extender books devices, and pods of Namespaces "
+                             "labelled hami.io/device-mode=dra are translated to DRA ResourceClaims; dra: every "
+                             "pod's HAMi requests are translated (kube-scheduler's DRA allocator places them)")
     parser.add_argument("--kube-qps", type=float, default=5.0, help="API client QPS (default: 5)")
     parser.add_argument("--kube-burst", type=int, default=10, help="API client burst (default: 10)")
 
@@ -205,7 +209,7 @@ def run(args: argparse.Namespace) -> int:
                       extender_token_file=args.extender_token_file, metrics_device_detail=args.metrics_device_detail,
                       webhook_client_ca_file=args.webhook_client_ca_file,
                       trusted_users=args.trusted_identities,
-                      trusted_groups=args.trusted_groups)
+                      trusted_groups=args.trusted_groups, device_mode=args.device_mode)
     try:
         service = Scheduler(engine, cluster, options, is_leader=elector.is_leader if elector else None)
     except OSError as exc:

@@ -28,10 +28,11 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from hami_core.cluster.base import Cluster, NotFoundError
+from hami_core.cluster.devicemode import extender_refusal
 from hami_core.cluster.refs import PodRef
 from hami_core.cluster.retry import not_temporary
 from hami_core.engine.bindcheck import Overcommit
@@ -263,6 +264,7 @@ class Extender:
             self.gate.passed(pod)
             return filter_result(node_names=list(names) if names is not None else None), "no_device_request"
         names = names if names is not None else []
+        names, dra_failed = self._without_dra_nodes(names)
         self.writes.before_filter()
 
         with self.lock:  # re-filtered: its earlier reservation no longer counts (§6.1 step 4)
@@ -282,7 +284,7 @@ class Extender:
             if self.reasons is not None:
                 self.reasons.refused(pod, decision.failed, len(names))
             failed, unresolvable = self._preempt_after_no_fit(pod, decision.failed)
-            return filter_result(failed=failed, unresolvable=unresolvable), "no_fit"
+            return filter_result(failed={**dra_failed, **failed}, unresolvable=unresolvable), "no_fit"
         text = self.writes.after_filter(pod, decision, requests)
         if text:
             return filter_result(error=text), "write_failed"
@@ -293,6 +295,20 @@ class Extender:
                    f"find fit node({node}), {len(names) - len(decision.scores)} nodes not fit, "
                    f"{len(decision.scores)} nodes fit({fit})")
         return filter_result(node_names=[node]), "scheduled"
+
+    def _without_dra_nodes(self, names: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+        """One mode per node (issue 30): the candidates less the nodes labelled ``hami.io/device-mode: dra``, whose
+        devices kube-scheduler's DRA allocator hands out, and those nodes with the reason they failed."""
+        failed: dict[str, str] = {}
+        kept = []
+        for name in names:
+            state = self.engine.nodes.get(name)
+            reason = extender_refusal({"metadata": {"labels": state.labels}}) if state is not None else None
+            if reason is None:
+                kept.append(name)
+            else:
+                failed[name] = reason
+        return kept, failed
 
     def _preempt_after_no_fit(self, pod: Mapping[str, Any],
                               failed: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
