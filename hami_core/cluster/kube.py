@@ -450,6 +450,31 @@ class KubeCluster:
         """Delete a DeviceClass (404: :class:`NotFoundError`)."""
         self._call(f"delete deviceclass {name}", self._resource_v1().delete_device_class, name)
 
+    # --- DRA translating webhook (issue 30): Namespaces (read) and ResourceClaimTemplates (resource.k8s.io/v1).
+    def get_namespace(self, name: str) -> dict[str, Any]:
+        """The Namespace (404: :class:`NotFoundError`)."""
+        return self._typed(self._call(f"get namespace {name}", self.core.read_namespace, name), "Namespace")
+
+    def get_resource_claim_template(self, namespace: str, name: str) -> dict[str, Any]:
+        """The ResourceClaimTemplate (404: :class:`NotFoundError`)."""
+        return self._typed_resource(self._call(f"get resourceclaimtemplate {namespace}/{name}",
+                                               self._resource_v1().read_namespaced_resource_claim_template, name,
+                                               namespace), "ResourceClaimTemplate")
+
+    def create_resource_claim_template(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Create a ResourceClaimTemplate in ``metadata.namespace`` (409: :class:`ConflictError`)."""
+        meta = obj.get("metadata") or {}
+        namespace, name = meta.get("namespace") or "default", meta.get("name")
+        return self._typed_resource(self._call(f"create resourceclaimtemplate {namespace}/{name}",
+                                               self._resource_v1().create_namespaced_resource_claim_template,
+                                               namespace, dict(obj)), "ResourceClaimTemplate")
+
+    def delete_resource_claim_template(self, namespace: str, name: str) -> None:
+        """Delete a ResourceClaimTemplate (404: :class:`NotFoundError`)."""
+        self._call(f"delete resourceclaimtemplate {namespace}/{name}",
+                   self._resource_v1().delete_namespaced_resource_claim_template, name, namespace)
+
+
 def _copy(obj: dict[str, Any]) -> dict[str, Any]:
     """A deep copy of decoded JSON (marshal round trip: several times faster than ``copy.deepcopy``)."""
     return marshal.loads(marshal.dumps(obj))  # type: ignore[no-any-return]
@@ -665,28 +690,3 @@ class _Reflector(threading.Thread):
         self._deliver(typ, _copy(obj) if typ != "DELETED" else obj)
         self._advance(new_rv)
         return new_rv, True
-
-
-    # --- DRA translating webhook (issue 30): Namespaces (read) and ResourceClaimTemplates (resource.k8s.io/v1).
-    def get_namespace(self, name: str) -> dict[str, Any]:
-        """The Namespace (404: :class:`NotFoundError`)."""
-        return self._typed(self._call(f"get namespace {name}", self.core.read_namespace, name), "Namespace")
-
-    def get_resource_claim_template(self, namespace: str, name: str) -> dict[str, Any]:
-        """The ResourceClaimTemplate (404: :class:`NotFoundError`)."""
-        return self._typed_resource(self._call(f"get resourceclaimtemplate {namespace}/{name}",
-                                               self._resource_v1().read_namespaced_resource_claim_template, name,
-                                               namespace), "ResourceClaimTemplate")
-
-    def create_resource_claim_template(self, obj: Mapping[str, Any]) -> dict[str, Any]:
-        """Create a ResourceClaimTemplate in ``metadata.namespace`` (409: :class:`ConflictError`)."""
-        meta = obj.get("metadata") or {}
-        namespace, name = meta.get("namespace") or "default", meta.get("name")
-        return self._typed_resource(self._call(f"create resourceclaimtemplate {namespace}/{name}",
-                                               self._resource_v1().create_namespaced_resource_claim_template,
-                                               namespace, dict(obj)), "ResourceClaimTemplate")
-
-    def delete_resource_claim_template(self, namespace: str, name: str) -> None:
-        """Delete a ResourceClaimTemplate (404: :class:`NotFoundError`)."""
-        self._call(f"delete resourceclaimtemplate {namespace}/{name}",
-                   self._resource_v1().delete_namespaced_resource_claim_template, name, namespace)

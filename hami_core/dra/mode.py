@@ -121,7 +121,9 @@ class NamespaceModes:
         try:
             labels = (self.cluster.get_namespace(namespace).get("metadata") or {}).get("labels") or {}
             mode = DRA if labels.get(MODE_LABEL) == DRA else DEVICE_PLUGIN
-        except Exception as exc:  # an unreadable namespace must not block admission
+        except NotFoundError:  # the in-memory cluster of tests and simulations has no Namespace objects
+            mode = DEVICE_PLUGIN
+        except Exception as exc:  # an unreadable namespace (no RBAC to get it) must not block admission
             log.warning("namespace %s: cannot read its %s label (%s); treating it as %s", namespace, MODE_LABEL,
                         exc, DEVICE_PLUGIN)
             mode = DEVICE_PLUGIN

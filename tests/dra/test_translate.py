@@ -233,3 +233,36 @@ def test_namespace_mode_is_cached() -> None:
     assert modes.mode("ml") == "device-plugin"
     now[0] = 31
     assert modes.mode("ml") == DRA
+
+
+def test_templates_and_namespaces_through_the_official_client(engine: Engine) -> None:
+    from kubeapi.fake_apiserver import FakeApiServer
+    from kubernetes import client
+
+    from hami_core.cluster.base import ConflictError, NotFoundError
+    from hami_core.cluster.kube import KubeCluster
+
+    with FakeApiServer() as server:
+        api = client.ApiClient(client.Configuration(host=server.url))
+        cluster = KubeCluster(api_client=api, qps=0, request_timeout_s=5)
+        try:
+            server.create("namespaces", "", {"metadata": {"name": "ml", "labels": {MODE_LABEL: DRA}}})
+            assert NamespaceModes(cluster).mode("ml") == DRA
+            assert NamespaceModes(cluster).mode("other") == "device-plugin"  # not found
+            p = pod({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "2048"})
+            t = translate(p, engine.requests(p), engine.backends, namespace="ml")
+            assert t is not None
+            assert ensure_template(cluster, t) == "created"
+            assert ensure_template(cluster, t) == "reused"
+            stored = cluster.get_resource_claim_template("ml", t.name)
+            assert stored["kind"] == "ResourceClaimTemplate" and stored["spec"] == t.template["spec"]
+            assert ("POST", "/apis/resource.k8s.io/v1/namespaces/ml/resourceclaimtemplates") in \
+                [(m, path) for m, path, _ in server.requests]
+            with pytest.raises(ConflictError):
+                cluster.create_resource_claim_template(t.template)
+            cluster.delete_resource_claim_template("ml", t.name)
+            with pytest.raises(NotFoundError):
+                cluster.get_resource_claim_template("ml", t.name)
+        finally:
+            cluster.close()
+            api.close()

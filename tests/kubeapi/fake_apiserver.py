@@ -675,3 +675,9 @@ def _handle_resource_slices(self: _Handler, method: str, plural: str, ns: str, n
 
 
 _Handler._handle = _handle_resource_slices  # type: ignore[method-assign]
+
+
+# --- DRA (issue 30), the translating webhook: Namespaces (cluster-scoped; the webhook reads their
+# hami.io/device-mode label) and ResourceClaimTemplates (namespaced) under /apis/resource.k8s.io/v1.
+RESOURCES.setdefault("namespaces", ("v1", "Namespace", False))
+RESOURCES.setdefault("resourceclaimtemplates", ("resource.k8s.io/v1", "ResourceClaimTemplate", True))
