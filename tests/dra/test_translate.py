@@ -266,3 +266,27 @@ def test_templates_and_namespaces_through_the_official_client(engine: Engine) ->
         finally:
             cluster.close()
             api.close()
+
+
+def test_scheduler_device_mode_flag_reaches_the_webhook(engine: Engine) -> None:
+    import argparse
+
+    from hami_core.scheduler.app import Options, Scheduler
+    from hami_core.scheduler.cli import add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert parser.parse_args([]).device_mode == "device-plugin"
+    assert parser.parse_args(["--device-mode", "dra"]).device_mode == "dra"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--device-mode", "both"])
+    cluster = MemoryCluster()
+    service = Scheduler(engine, cluster, Options(host="127.0.0.1", port=0, metrics_host=None, device_mode="dra"))
+    try:
+        p = pod({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000"})
+        answer = service.webhook.review(review(p))["response"]  # no Namespace object: the cluster's mode rules
+        t = translate(p, engine.requests(p), engine.backends, namespace="ml")
+        assert t is not None and json.loads(base64.b64decode(answer["patch"])) == t.patch
+        assert cluster.get_resource_claim_template("ml", t.name)["spec"] == t.template["spec"]
+    finally:
+        service.stop()
