@@ -353,13 +353,15 @@ class Extender:
             if not isinstance(name, str) or not name:
                 raise BadRequest("ExtenderArgs.Nodes: a node has no metadata.name")
             by_name[name] = node
+        dra_failed = {n: r for n, node in by_name.items() if (r := extender_refusal(node)) is not None}  # issue 30
+        items = [node for node in items if metadata(node).get("name") not in dra_failed]
         decision = self.engine.simulate(pod, items, requests=requests)
         if decision.error:
             return filter_result(error=decision.error), "decision_error"
         if not decision.ok:
-            return filter_result(failed=decision.failed), "simulated_no_fit"
+            return filter_result(failed={**dra_failed, **decision.failed}), "simulated_no_fit"
         return filter_result(nodes={"items": [dict(by_name[decision.node or ""])]},
-                             failed=decision.failed or None), "simulated"
+                             failed={**dra_failed, **decision.failed} or None), "simulated"
 
     def _filtering_failed(self, pod: Mapping[str, Any], failed: Mapping[str, str], total: int) -> None:
         grouped: dict[str, set[str]] = {}

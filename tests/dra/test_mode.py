@@ -110,3 +110,12 @@ def test_commands_exit_with_the_reason(tmp_path: Path, capsys: pytest.CaptureFix
     assert "node node-a is not in DRA mode" in capsys.readouterr().err
     assert main(["device-plugin", "--vendor", "nvidia", "--node-name", "node-d", "--cluster-file", str(path)]) != 0
     assert "node node-d is in DRA mode" in capsys.readouterr().err
+
+
+def test_extender_simulation_never_places_on_a_dra_node(service: Scheduler) -> None:
+    nodes = {"items": [node("node-d", dra=True), node("node-a")]}
+    answer = service.extender.filter({"Pod": pod("sim"), "Nodes": nodes})
+    assert [n["metadata"]["name"] for n in answer["Nodes"]["items"]] == ["node-a"]
+    assert answer["FailedNodes"]["node-d"].startswith("node in DRA mode")
+    only = service.extender.filter({"Pod": pod("sim2"), "Nodes": {"items": [node("node-d", dra=True)]}})
+    assert only["Nodes"] is None and set(only["FailedNodes"]) == {"node-d"}
