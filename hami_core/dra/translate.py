@@ -69,6 +69,10 @@ CLAIM_NAME = "hami-devices"
 #: Label on every template the webhook creates (value ``webhook``), so an operator can list them.
 TEMPLATE_LABEL = "dra.project-hami.io/translated"
 MAX_LABEL = 63
+#: ``DeviceRequestsMaxSize`` and ``AllocationResultsMaxSize`` of resource.k8s.io/v1: requests of one claim, and
+#: devices allocated to it in all.
+MAX_REQUESTS = 32
+MAX_RESULTS = 32
 MAX_SUBDOMAIN = 253
 _NOT_LABEL = re.compile(r"[^a-z0-9-]+")
 
@@ -220,6 +224,11 @@ def translate(pod: Mapping[str, Any], requests: ContainerRequests, backends: Map
         if isinstance(claim, Mapping) and claim.get("name") == CLAIM_NAME:
             raise TranslateError(f"pod {ref}: spec.resourceClaims already has a claim named {CLAIM_NAME}")
     entries = claim_requests(ref, pod, requests, backends)
+    devices = sum(e["exactly"]["count"] for _, _, e in entries)
+    if len(entries) > MAX_REQUESTS or devices > MAX_RESULTS:
+        raise TranslateError(f"pod {ref}: {len(entries)} device requests for {devices} devices cannot be translated "
+                             f"to DRA: one ResourceClaim holds at most {MAX_REQUESTS} requests and {MAX_RESULTS} "
+                             "devices")
     spec = {"spec": {"devices": {"requests": [e for _, _, e in entries]}}}
     name = template_name(pod, spec)
     template = {"apiVersion": API_VERSION, "kind": KIND,

@@ -290,3 +290,11 @@ def test_scheduler_device_mode_flag_reaches_the_webhook(engine: Engine) -> None:
         assert cluster.get_resource_claim_template("ml", t.name)["spec"] == t.template["spec"]
     finally:
         service.stop()
+
+
+def test_more_devices_than_a_claim_holds_is_refused(engine: Engine) -> None:
+    p = pod({"nvidia.com/gpu": "33"})
+    with pytest.raises(TranslateError, match=r"pod ml/train: 1 device requests for 33 devices .* at most 32"):
+        translate(p, engine.requests(p), engine.backends, namespace="ml")
+    p = pod({"nvidia.com/gpu": "32"})
+    assert translate(p, engine.requests(p), engine.backends, namespace="ml") is not None
