@@ -341,7 +341,7 @@ LEADER = ROOT / "hami_core" / "cluster" / "leader.py"
 VERB = {"read": "get", "list": "list", "patch": "patch", "create": "create", "replace": "update", "delete": "delete"}
 RESOURCE = {"node": "nodes", "pod": "pods", "pod_binding": "pods/binding", "pod_status": "pods/status",
             "event": "events", "lease": "leases", "resource_quota": "resourcequotas", "resourcequota": "resourcequotas",
-            "pod_disruption_budget": "poddisruptionbudgets"}
+            "pod_disruption_budget": "poddisruptionbudgets", "namespace": "namespaces"}
 
 
 def _client_call(method: str) -> tuple[str, str]:
@@ -393,7 +393,8 @@ def _kube_methods() -> dict[str, set[tuple[str, str]]]:
 def _used_by(package: str) -> set[tuple[str, str]]:
     methods = _kube_methods()
     used: set[tuple[str, str]] = set()
-    for path in (ROOT / "hami_core" / package).rglob("*.py"):
+    where = ROOT / "hami_core" / package
+    for path in [where] if where.is_file() else where.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in methods:
                 owner = node.func.value
@@ -416,7 +417,7 @@ def test_rbac_derivation_sees_the_client_calls() -> None:
     assert methods["watch_resource_quotas"] == {("resourcequotas", "list"), ("resourcequotas", "watch")}
 
 
-@pytest.mark.parametrize(("package", "role"), [("scheduler", "hami-scheduler"),
+@pytest.mark.parametrize(("package", "role"), [("scheduler", "hami-scheduler"), ("dra/mode.py", "hami-scheduler"),
                                                ("node", "hami-device-plugin-monitor"),
                                                ("monitor", "hami-device-plugin-monitor")])
 def test_rbac_grants_what_the_code_uses(package: str, role: str) -> None:
@@ -426,7 +427,8 @@ def test_rbac_grants_what_the_code_uses(package: str, role: str) -> None:
     assert not missing, f"{role} lacks {sorted(missing)} used by hami_core/{package}"
 
 
-@pytest.mark.parametrize(("packages", "role"), [(("scheduler",), "hami-scheduler"),
+# The scheduler also runs the webhook's DRA step (hami_core/dra/mode.py: the namespace's device mode).
+@pytest.mark.parametrize(("packages", "role"), [(("scheduler", "dra/mode.py"), "hami-scheduler"),
                                                 (("node", "monitor"), "hami-device-plugin-monitor")])
 def test_rbac_grants_nothing_more(packages: tuple[str, ...], role: str) -> None:
     used = set().union(*(_used_by(p) for p in packages))

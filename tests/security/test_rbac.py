@@ -17,7 +17,8 @@ EXPECTED: dict[tuple[str, str], set[tuple[str, str, tuple[str, ...], str]]] = {
         ("", "nodes", (), v) for v in ("get", "list", "watch", "patch")} | {
         ("", "pods", (), v) for v in ("get", "list", "watch", "patch", "delete")} | {
         ("", "pods/binding", (), "create"), ("", "events", (), "create"), ("", "pods/status", (), "patch"),
-        ("policy", "poddisruptionbudgets", (), "list")} | {
+        ("policy", "poddisruptionbudgets", (), "list"),
+        ("", "namespaces", (), "get")} | {  # the webhook reads a namespace's device mode (DRA or device plugin)
         ("", "resourcequotas", (), v) for v in ("list", "watch")},
     ("Role", "hami-scheduler-lease"): {
         ("coordination.k8s.io", "leases", (), "create"),
