@@ -1,18 +1,7 @@
-"""The DRA vocabulary shared by the publisher, the kubelet plugin, the translating webhook and the simulator.
-
-One DRA *driver* per backend (its ResourceSlices' ``spec.driver``), one *DeviceClass* per backend selecting that
-driver's devices, one *pool* per node (named after the node). A device is published under :func:`device_name`
-with the attributes and capacities below; capacities are consumable (KEP-5075) on devices that allow multiple
-allocations (shareable cards), so one card serves several claims up to its memory and cores.
-
-Names: NVIDIA's DeviceClass is ``hami-core-gpu.project-hami.io`` (HAMi-DRA's name); other backends use
-``hami-core-<word>.project-hami.io`` with ``<word>`` the backend's common word lower-cased and made a DNS label.
-The driver name equals the DeviceClass name, so a ResourceSlice names its class and a claim's allocation result
-(``driver``) maps back to the backend.
-
-The definitions live in the plugin contract (:mod:`hami_core.plugins.dra`), because vendor packages build
-:class:`DraDevice` objects in their ``hami_dra_devices`` hook and may import only :mod:`hami_core.plugins`; this
-module re-exports them, unchanged, for the DRA parts of the core.
+"""The DRA vocabulary (driver, DeviceClass and device names, attributes, consumable capacities), re-exported for
+the DRA parts of the core. The definitions and their documentation live in the plugin contract
+(:mod:`hami_core.plugins.dra`), because vendor packages build :class:`DraDevice` objects in their
+``hami_dra_devices`` hook and may import only :mod:`hami_core.plugins`.
 """
 
 from __future__ import annotations
