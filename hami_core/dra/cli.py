@@ -3,7 +3,10 @@ its ``add_arguments`` and ``run``, dispatched by :mod:`hami_core.cli`.
 
 ``--dry-run --node NODE.yaml`` prints, as YAML, the ResourceSlices the driver would publish for that Node from its
 HAMi registration annotations, with no cluster. ``--withdraw`` deletes this node's slices (a node leaving DRA mode).
-Importing this module is cheap: the driver and the cluster adapters load when the command runs.
+The live driver also serves the kubelet plugin of each backend's driver (registration socket in
+``--kubelet-registry-dir``, DRA socket and checkpoint in ``--kubelet-plugins-dir``, CDI specs in ``--cdi-dir``)
+unless ``--no-kubelet-plugin``. Importing this module is cheap: the driver and the cluster adapters load when the
+command runs.
 """
 
 from __future__ import annotations
@@ -26,6 +29,11 @@ from hami_core.cmdline import (
 )
 from hami_core.plugins.errors import HamiError
 from hami_core.plugins.manager import get_plugin_manager
+
+# Plain constants, copied so that --help imports neither grpc nor the plugin (a test checks they agree).
+DEFAULT_REGISTRY_DIR = "/var/lib/kubelet/plugins_registry"
+DEFAULT_PLUGINS_DIR = "/var/lib/kubelet/plugins"
+DEFAULT_CDI_DIR = "/var/run/cdi"
 
 __all__ = ["add_arguments", "load_node", "run"]
 
@@ -55,6 +63,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(sets HAMI_OVERRIDE_<VENDOR>_DEVICES_FILE)")
     parser.add_argument("--resync", type=positive_seconds, default=60.0, metavar="SECONDS",
                         help="period of the publication pass (default: 60); a health change republishes at once")
+    kubelet = parser.add_argument_group("kubelet plugin (NodePrepareResources / NodeUnprepareResources)")
+    kubelet.add_argument("--kubelet-registry-dir", default=DEFAULT_REGISTRY_DIR, metavar="DIR",
+                         help="kubelet's plugin registry, where <driver>-reg.sock is bound "
+                              f"(default: {DEFAULT_REGISTRY_DIR})")
+    kubelet.add_argument("--kubelet-plugins-dir", default=DEFAULT_PLUGINS_DIR, metavar="DIR",
+                         help="where <driver>/dra.sock and the prepared-claims checkpoint live "
+                              f"(default: {DEFAULT_PLUGINS_DIR})")
+    kubelet.add_argument("--cdi-dir", default=DEFAULT_CDI_DIR, metavar="DIR",
+                         help=f"where the CDI specs of prepared claims are written (default: {DEFAULT_CDI_DIR})")
+    kubelet.add_argument("--no-kubelet-plugin", action="store_true",
+                         help="publish ResourceSlices only; serve no kubelet plugin (claims cannot be prepared)")
     parser.add_argument("--from-registration", action="store_true",
                         help="publish a backend that no plugin discovers from the node's HAMi registration "
                              "annotation")
@@ -138,15 +157,24 @@ def run(args: argparse.Namespace) -> int:
     app = driver.DraDriver(pm, backends, cluster, node_name, registration=args.from_registration,
                            resync_s=args.resync)
     stop = stop_on_signals()
+    plugins: list[Any] = []
     try:
         app.start()
+        if not args.no_kubelet_plugin:
+            from hami_core.dra.kubelet.plugin import serve_kubelet_plugins
+
+            plugins = serve_kubelet_plugins(app, cluster, registry_dir=args.kubelet_registry_dir,
+                                            plugins_dir=args.kubelet_plugins_dir, cdi_dir=args.cdi_dir)
     except HamiError:
         app.stop()
         raise
     except Exception as exc:
         app.stop()
         raise HamiError(f"cannot start the DRA driver on node {node_name}: {one_line(exc)}") from None
-    log.info("hami dra-driver publishing %s for node %s", ", ".join(b.name for b in backends), node_name)
+    log.info("hami dra-driver publishing %s for node %s%s", ", ".join(b.name for b in backends), node_name,
+             "" if plugins else " (no kubelet plugin)")
     stop.wait()
+    for plugin in plugins:  # the sockets first: kubelet must stop calling a driver that no longer publishes
+        plugin.stop()
     app.stop()
     return 0

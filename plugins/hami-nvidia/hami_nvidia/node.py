@@ -294,15 +294,18 @@ def watch_health(devices: Sequence[DeviceInfo], on_health: Callable[[str, bool],
                  environ: Mapping[str, str] | None = None, nvml: Any = None) -> XidHealthWatcher | None:
     """``hami_watch_health`` for NVIDIA: a started :class:`XidHealthWatcher` over ``devices``, or ``None``.
 
+    GPUs from the override devices file (fake GPUs: there is no NVML to ask) get a
+    :class:`~hami_nvidia.filehealth.DevicesFileHealth` instead, which follows the file's ``health`` fields.
     ``None`` (with one log line saying why) when XID checks are disabled (``DP_DISABLE_HEALTHCHECKS=all`` or
-    ``xids``), when the devices come from the override devices file (fake GPUs: there is no NVML to ask), or
-    when ``pynvml`` is not installed. ``nvml`` replaces ``import pynvml`` (tests pass a fake driver).
+    ``xids``) or when ``pynvml`` is not installed. ``nvml`` replaces ``import pynvml`` (tests pass a fake driver).
     """
     environ = os.environ if environ is None else environ
     fake = environ.get(OVERRIDE_ENV)
     if fake:
-        log.info("GPUs come from the devices file %s (fake GPUs, no NVML): no XID health checks", fake)
-        return None
+        from hami_nvidia.filehealth import DevicesFileHealth
+
+        log.info("GPUs come from the devices file %s (fake GPUs, no NVML): health from its 'health' fields", fake)
+        return DevicesFileHealth(fake, devices, on_health).start()
     ignored = ignored_xids(environ)
     if ignored is None:
         log.info("XID health checks disabled (DP_DISABLE_HEALTHCHECKS=%s)", environ.get("DP_DISABLE_HEALTHCHECKS"))

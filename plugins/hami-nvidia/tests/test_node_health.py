@@ -28,6 +28,7 @@ from hami_core.plugins.types import DeviceInfo
 from hami_core.wire import keys
 from hami_core.wire.nodes import decode_node_devices_json
 from hami_nvidia import detect
+from hami_nvidia.filehealth import DevicesFileHealth
 from hami_nvidia.node import IGNORED_XIDS, XidHealthWatcher, watch_health
 
 UUID0 = "GPU-0f0e0d0c-0000-1111-2222-333344445555"
@@ -126,16 +127,33 @@ def test_disable_healthchecks_all_starts_no_watcher(nvml: ModuleType, start_plug
     assert "backend NVIDIA: no device health watch; every device stays Healthy" in caplog.messages
 
 
-def test_devices_file_starts_no_watcher(nvml: ModuleType, start_plugin, monkeypatch: pytest.MonkeyPatch,
-                                        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_devices_file_health_is_followed_without_nvml(nvml: ModuleType, start_plugin, kubelet: FakeKubelet,
+                                                     cluster: MemoryCluster, monkeypatch: pytest.MonkeyPatch,
+                                                     tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Fake GPUs have no NVML: their health is the devices file's ``health`` field, re-read on change; kubelet
+    (ListAndWatch) and the registration annotation follow it both ways."""
     devices = tmp_path / "devices.yaml"
-    devices.write_text(f"devices:\n  - {{uuid: {UUID0}, model: NVIDIA A100, memory: 40960}}\n")
+    devices.write_text(f"devices:\n  - {{uuid: {UUID0}, model: NVIDIA A100, memory: 40960}}\n"
+                       f"  - {{uuid: {UUID1}, model: NVIDIA A100, memory: 40960}}\n")
     monkeypatch.setenv(detect.OVERRIDE_ENV, str(devices))
     with caplog.at_level(logging.INFO):
         app = start_plugin()
-    assert [d.id for d in app.devices] == [UUID0] and app.health_watch is None and xid_threads() == []
+    assert [d.id for d in app.devices] == [UUID0, UUID1] and xid_threads() == []
+    assert isinstance(app.health_watch, DevicesFileHealth)
     assert nvml.driver().inits == 0
-    assert f"GPUs come from the devices file {devices} (fake GPUs, no NVML): no XID health checks" in caplog.messages
+    assert f"GPUs come from the devices file {devices} (fake GPUs, no NVML): health from its 'health' fields" \
+        in caplog.messages
+    _, stream = list_and_watch(kubelet)
+    assert health_by_gpu(next(stream)) == {UUID0: {"Healthy"}, UUID1: {"Healthy"}}
+    devices.write_text(f"devices:\n  - {{uuid: {UUID0}, model: NVIDIA A100, memory: 40960, health: false}}\n"
+                       f"  - {{uuid: {UUID1}, model: NVIDIA A100, memory: 40960}}\n")
+    assert health_by_gpu(next(stream)) == {UUID0: {"Unhealthy"}, UUID1: {"Healthy"}}
+    registration(cluster, lambda v: {d.id: d.health for d in decode_node_devices_json(v)} ==
+                 {UUID0: False, UUID1: True})
+    devices.write_text(f"devices:\n  - {{uuid: {UUID0}, model: NVIDIA A100, memory: 40960, health: 'true'}}\n"
+                       f"  - {{uuid: {UUID1}, model: NVIDIA A100, memory: 40960}}\n")
+    assert health_by_gpu(next(stream)) == {UUID0: {"Healthy"}, UUID1: {"Healthy"}}
+    stream.cancel()
 
 
 def test_stop_ends_the_watcher_thread_and_releases_nvml(nvml: ModuleType, start_plugin) -> None:
