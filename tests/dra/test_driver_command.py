@@ -14,8 +14,8 @@ from pathlib import Path
 
 import yaml
 
-from hami_core.dra import cli as dra_cli
 from hami_core.dra import cdi
+from hami_core.dra import cli as dra_cli
 from hami_core.dra.kubelet import plugin
 from hami_core.dra.model import driver_name
 from hami_core.testing.fake_kubelet import DraKubelet
