@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the upstream control plane (etcd, kube-apiserver, kube-scheduler, kubectl) from the Go modules that
+# Builds the upstream control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl) from the Go modules that
 # go.mod pins, into a cache folder outside the repository, and prints that folder as its last line. A folder
 # that already holds a complete build of the same inputs is reused as it is.
 #
@@ -15,7 +15,7 @@ etcd="$(modver go.etcd.io/etcd/server/v3)"
 digest="$(cat "$here/go.mod" "$here/go.sum" "$here/main.go" | sha256sum | cut -c1-10)"
 root="${HAMI_E2E_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hami-e2e}"
 out="$root/k8s-$k8s-etcd-$etcd-$digest"
-names=(etcd kube-apiserver kube-scheduler kubectl)
+names=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl)
 
 complete() {
     local n
@@ -28,7 +28,7 @@ if ! complete; then
              "or newer on PATH and the Go module proxy (GOPROXY); no go command found, and $out is not built" >&2
         exit 2
     fi
-    echo "building kube-apiserver, kube-scheduler, kubectl $k8s and etcd $etcd into $out" \
+    echo "building kube-apiserver, kube-controller-manager, kube-scheduler, kubectl $k8s and etcd $etcd into $out" \
          "(cold: about 15-25 minutes on 2 cores)" >&2
     mkdir -p "$root"
     tmp="$(mktemp -d "$root/.build.XXXXXX")"

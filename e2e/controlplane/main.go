@@ -1,5 +1,6 @@
 // Command controlplane runs the upstream Kubernetes control-plane components that hami-py's e2e tier and its
-// benchmark test against: etcd, kube-apiserver, kube-scheduler and kubectl, each built from its published Go
+// benchmark test against: etcd, kube-apiserver, kube-scheduler, kube-controller-manager (its resourceclaim
+// controller turns a pod's ResourceClaimTemplate into a claim and frees it when the pod goes) and kubectl, each built from its published Go
 // module at the version go.mod pins. Nothing here is upstream source; every subcommand is the upstream
 // command's own constructor.
 //
@@ -18,6 +19,7 @@ import (
 	"k8s.io/component-base/cli"
 	kubectl "k8s.io/kubectl/pkg/cmd"
 	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
+	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
 	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
 )
 
@@ -29,6 +31,11 @@ var commands = map[string]func(args []string) int{
 	},
 	"kube-apiserver": func(args []string) int {
 		cmd := apiserver.NewAPIServerCommand()
+		cmd.SetArgs(args)
+		return cli.Run(cmd)
+	},
+	"kube-controller-manager": func(args []string) int {
+		cmd := controllermanager.NewControllerManagerCommand()
 		cmd.SetArgs(args)
 		return cli.Run(cmd)
 	},
@@ -45,7 +52,7 @@ var commands = map[string]func(args []string) int{
 }
 
 func names() string {
-	return "etcd, kube-apiserver, kube-scheduler, kubectl"
+	return "etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl"
 }
 
 func main() {

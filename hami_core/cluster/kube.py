@@ -380,10 +380,8 @@ class KubeCluster:
     # --- DRA (issue 30): the kubelet plugin reads a claim's allocation (resource.k8s.io/v1).
     def get_resource_claim(self, namespace: str, name: str) -> dict[str, Any]:
         """The ResourceClaim; raises :class:`NotFoundError`."""
-        from kubernetes import client
-
-        api = client.ResourceV1Api(self.api_client)
-        obj = self._call(f"get resourceclaim {namespace}/{name}", api.read_namespaced_resource_claim, name, namespace)
+        obj = self._call(f"get resourceclaim {namespace}/{name}", self._resource_v1().read_namespaced_resource_claim,
+                         name, namespace)
         obj.setdefault("kind", "ResourceClaim")
         obj.setdefault("apiVersion", "resource.k8s.io/v1")
         return obj

@@ -12,6 +12,7 @@ import yaml
 from chart_helpers import CHART, NO_HELM, find_helm, render
 
 from hami_core import cli
+from hami_core.cluster.devicemode import DRA, MODE_LABEL
 from hami_core.dra.deviceclass import device_class
 from hami_core.engine.facade import Engine
 
@@ -64,12 +65,21 @@ def test_backends_are_what_each_vendors_chart_config_declares() -> None:
 def test_driver_daemonset(dra: list[dict[str, Any]]) -> None:
     ds = _of(dra, "DaemonSet")["hami-dra-driver"]
     spec = ds["spec"]["template"]["spec"]
-    assert spec["serviceAccountName"] == "hami-dra-driver" and spec["nodeSelector"] == {"hami.io/dra": "on"}
-    assert not any("hostPath" in v for v in spec["volumes"]) and not spec.get("hostNetwork")
+    # the label hami's components read (hami_core.cluster.devicemode): the driver runs exactly on DRA nodes
+    assert spec["serviceAccountName"] == "hami-dra-driver" and spec["nodeSelector"] == {MODE_LABEL: DRA}
+    assert not spec.get("hostNetwork")
     (container,) = spec["containers"]
     args = cli._build_parser().parse_args(container["args"])  # strict: an unknown flag exits
     assert args.command == "dra-driver" and args.in_cluster and sorted(args.vendor) == ["amd", "nvidia"]
-    assert args.resync == 60 and not args.dry_run and not args.withdraw
+    assert args.resync == 60 and not args.dry_run and not args.withdraw and not args.no_kubelet_plugin
+    # the kubelet plugin's folders are kubelet's and the runtime's, mounted from the host at the same paths
+    host = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert host == {"plugins-registry": "/var/lib/kubelet/plugins_registry", "plugins": "/var/lib/kubelet/plugins",
+                    "cdi": "/var/run/cdi", "lib": "/usr/local/vgpu"}
+    assert all(mounts[n] == p for n, p in host.items())
+    assert (args.kubelet_registry_dir, args.kubelet_plugins_dir, args.cdi_dir) == (
+        host["plugins-registry"], host["plugins"], host["cdi"])
     env = {e["name"]: e for e in container["env"]}
     assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
     sc = container["securityContext"]
@@ -81,6 +91,7 @@ def test_driver_rbac(dra: list[dict[str, Any]]) -> None:
     granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
                for v in rule["verbs"]}
     assert {("resource.k8s.io", "resourceslices", v) for v in ("list", "create", "update", "delete")} <= granted
+    # exactly what the driver's code calls: tests/deploy/test_manifests.py derives it
     assert ("", "nodes", "get") in granted and ("", "nodes", "patch") not in granted
     assert not any(r == "deviceclasses" for _, r, _ in granted)  # the chart ships them; the driver never writes them
     (subject,) = _of(dra, "ClusterRoleBinding")["hami-dra-driver"]["subjects"]

@@ -341,7 +341,10 @@ LEADER = ROOT / "hami_core" / "cluster" / "leader.py"
 VERB = {"read": "get", "list": "list", "patch": "patch", "create": "create", "replace": "update", "delete": "delete"}
 RESOURCE = {"node": "nodes", "pod": "pods", "pod_binding": "pods/binding", "pod_status": "pods/status",
             "event": "events", "lease": "leases", "resource_quota": "resourcequotas", "resourcequota": "resourcequotas",
-            "pod_disruption_budget": "poddisruptionbudgets", "namespace": "namespaces"}
+            "pod_disruption_budget": "poddisruptionbudgets", "namespace": "namespaces",
+            # resource.k8s.io/v1 (ResourceV1Api, through KubeCluster._resource_v1())
+            "resource_slice": "resourceslices", "device_class": "deviceclasses", "resource_claim": "resourceclaims",
+            "resource_claim_template": "resourceclaimtemplates"}
 
 
 def _client_call(method: str) -> tuple[str, str]:
@@ -361,6 +364,8 @@ def _kube_methods() -> dict[str, set[tuple[str, str]]]:
             continue
         calls = {n.attr for n in ast.walk(fn) if isinstance(n, ast.Attribute)
                  and isinstance(n.value, ast.Attribute) and n.value.attr in ("core", "policy")}
+        calls |= {n.attr for n in ast.walk(fn) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Call)
+                  and isinstance(n.value.func, ast.Attribute) and n.value.func.attr == "_resource_v1"}
         perms = {_client_call(c) for c in calls if c != "api_client"}
         for n in ast.walk(fn):   # list_nodes/list_pods go through self._list("Node"/"Pod")
             if (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "_list"
@@ -390,18 +395,31 @@ def _kube_methods() -> dict[str, set[tuple[str, str]]]:
     return out
 
 
-def _used_by(package: str) -> set[tuple[str, str]]:
+def _used_by(package: str, *, owners: tuple[str, ...] = ("cluster",),
+             functions: tuple[str, ...] | None = None) -> set[tuple[str, str]]:
+    """The (resource, verb) pairs of the KubeCluster calls in ``package`` (a folder or a file of hami_core), made
+    on an object named one of ``owners``; only inside the top-level ``functions`` when given."""
     methods = _kube_methods()
     used: set[tuple[str, str]] = set()
     where = ROOT / "hami_core" / package
     for path in [where] if where.is_file() else where.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        roots = [n for n in tree.body if getattr(n, "name", None) in functions] if functions else [tree]
+        for node in (n for root in roots for n in ast.walk(root)):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in methods:
                 owner = node.func.value
                 name = owner.attr if isinstance(owner, ast.Attribute) else getattr(owner, "id", "")
-                if name == "cluster":
+                if name in owners:
                     used |= methods[node.func.attr]
     return used
+
+
+def dra_driver_uses() -> set[tuple[str, str]]:
+    """What ``hami dra-driver`` calls: the publisher, the kubelet plugin (its ``claims`` source is the cluster),
+    the one-mode-per-node check and its event. Not mode.py's webhook half (the scheduler runs that)."""
+    return (_used_by("dra/driver.py") | _used_by("dra/cli.py") | _used_by("dra/kubelet", owners=("claims",))
+            | _used_by("dra/mode.py", functions=("check_dra_node",)) | _used_by("cluster/devicemode.py")
+            | _used_by("plugins/node_context.py"))
 
 
 def _granted(role_kind: str, name: str) -> set[tuple[str, str]]:
@@ -415,6 +433,10 @@ def test_rbac_derivation_sees_the_client_calls() -> None:
     assert methods["event"] == {("events", "create")}  # queued; the recorder's thread posts it
     assert ("pods", "watch") in methods["watch"]
     assert methods["watch_resource_quotas"] == {("resourcequotas", "list"), ("resourcequotas", "watch")}
+    assert methods["create_resource_slice"] == {("resourceslices", "create")}
+    assert methods["get_resource_claim"] == {("resourceclaims", "get")}
+    assert ("resourceclaimtemplates", "create") in _used_by("dra/mode.py")
+    assert ("resourceclaims", "get") in dra_driver_uses() and ("events", "create") in dra_driver_uses()
 
 
 @pytest.mark.parametrize(("package", "role"), [("scheduler", "hami-scheduler"), ("dra/mode.py", "hami-scheduler"),
@@ -434,6 +456,22 @@ def test_rbac_grants_nothing_more(packages: tuple[str, ...], role: str) -> None:
     used = set().union(*(_used_by(p) for p in packages))
     extra = _granted("ClusterRole", role) - used
     assert not extra, f"{role} grants {sorted(extra)} that hami_core/{'/'.join(packages)} never uses"
+
+
+def test_dra_driver_rbac_is_what_its_code_uses() -> None:
+    """charts/hami-py's hami-dra-driver ClusterRole (rendered with dra.enabled) grants exactly what
+    :func:`dra_driver_uses` derives."""
+    from chart_helpers import NO_HELM, find_helm, render
+
+    helm = find_helm()
+    if helm is None:
+        pytest.skip(NO_HELM)
+    (role,) = [o for o in render(helm, set_values={"dra.enabled": "true"}, kube_version="v1.37.0")
+               if o["kind"] == "ClusterRole" and o["metadata"]["name"] == "hami-dra-driver"]
+    granted = {(res, verb) for rule in role["rules"] for res in rule["resources"] for verb in rule["verbs"]}
+    used = dra_driver_uses()
+    assert not used - granted, f"hami-dra-driver lacks {sorted(used - granted)}"
+    assert not granted - used, f"hami-dra-driver grants {sorted(granted - used)} that hami dra-driver never uses"
 
 
 def test_leader_lease_access() -> None:

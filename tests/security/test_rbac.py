@@ -18,7 +18,10 @@ EXPECTED: dict[tuple[str, str], set[tuple[str, str, tuple[str, ...], str]]] = {
         ("", "pods", (), v) for v in ("get", "list", "watch", "patch", "delete")} | {
         ("", "pods/binding", (), "create"), ("", "events", (), "create"), ("", "pods/status", (), "patch"),
         ("policy", "poddisruptionbudgets", (), "list"),
-        ("", "namespaces", (), "get")} | {  # the webhook reads a namespace's device mode (DRA or device plugin)
+        ("", "namespaces", (), "get"),  # the webhook reads a namespace's device mode (DRA or device plugin)
+        # and, in DRA mode, writes the pod's requests as a ResourceClaimTemplate (or reuses it on a retry)
+        ("resource.k8s.io", "resourceclaimtemplates", (), "get"),
+        ("resource.k8s.io", "resourceclaimtemplates", (), "create")} | {
         ("", "resourcequotas", (), v) for v in ("list", "watch")},
     ("Role", "hami-scheduler-lease"): {
         ("coordination.k8s.io", "leases", (), "create"),

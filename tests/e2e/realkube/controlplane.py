@@ -1,5 +1,6 @@
-"""etcd, kube-apiserver and kube-scheduler from ``make e2e-bin``, on 127.0.0.1 with ephemeral ports and a
-temporary folder, and what talks to them: kubeconfigs, the official client, ServiceAccount tokens.
+"""etcd, kube-apiserver, kube-scheduler and kube-controller-manager from ``make e2e-bin``, on 127.0.0.1 with
+ephemeral ports and a temporary folder, and what talks to them: kubeconfigs, the official client, ServiceAccount
+tokens.
 
 kube-apiserver runs as a cluster installer sets it up: its secure port only, serving certificates from the
 harness's CA, client-certificate authentication (the admin is in ``system:masters``), ServiceAccount tokens
@@ -7,8 +8,11 @@ signed with the harness's key (so the TokenRequest API works and each hami compo
 ServiceAccount), RBAC authorization, the MutatingAdmissionWebhook admission plugin, and an audit log (JSON lines,
 ``Metadata`` level) from which the tests read every request each identity made and what it got.
 
-No kube-controller-manager runs, so the harness does what its controllers would where a test needs it: a
-namespace's ``default`` ServiceAccount. ``TaintNodesByCondition`` is off because no node-lifecycle controller
+No kube-controller-manager runs in the session's control plane, so the harness does what its controllers would
+where a test needs it: a namespace's ``default`` ServiceAccount. The DRA tests start one with only its
+resourceclaim controller and garbage collector (:class:`KubeControllerManager`): the first turns a pod's
+ResourceClaimTemplate into a claim and deallocates the claim when the pod goes, the second deletes the claim once
+its pod is gone. ``TaintNodesByCondition`` is off because no node-lifecycle controller
 would ever lift the ``not-ready`` taint it puts on a new Node.
 """
 
@@ -31,11 +35,12 @@ import yaml
 from .pki import CA, Pair
 from .procs import Proc, free_port, wait_until
 
-__all__ = ["ApiServer", "ControlPlane", "Etcd", "KubeScheduler", "binaries", "write_kubeconfig"]
+__all__ = ["ApiServer", "ControlPlane", "Etcd", "KubeControllerManager", "KubeScheduler", "binaries",
+           "write_kubeconfig"]
 
 ROOT = Path(__file__).resolve().parents[3]
 BIN_ENV = "HAMI_E2E_BIN"
-NAMES = ("etcd", "kube-apiserver", "kube-scheduler")
+NAMES = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager")
 
 
 def binaries() -> Path | None:
@@ -231,6 +236,39 @@ class KubeScheduler:
     def kill(self) -> None:
         if self.proc is not None:
             self.proc.kill()
+            self.proc = None
+
+
+class KubeControllerManager:
+    """kube-controller-manager running only ``controllers`` (default: the resourceclaim controller and the garbage
+    collector), as the admin, with no leader election (one per control plane)."""
+
+    def __init__(self, bindir: Path, workdir: Path, kubeconfig: Path,
+                 controllers: Sequence[str] = ("resourceclaim-controller", "garbage-collector-controller")) -> None:
+        self.bindir, self.workdir, self.kubeconfig = bindir, workdir, kubeconfig
+        self.controllers = list(controllers)
+        self.port = free_port()
+        self.proc: Proc | None = None
+
+    def start(self) -> KubeControllerManager:
+        argv = [str(self.bindir / "kube-controller-manager"), f"--kubeconfig={self.kubeconfig}",
+                f"--authentication-kubeconfig={self.kubeconfig}", f"--authorization-kubeconfig={self.kubeconfig}",
+                f"--controllers={','.join(self.controllers)}", "--leader-elect=false", "--bind-address=127.0.0.1",
+                f"--secure-port={self.port}", f"--cert-dir={self.workdir / 'pki' / 'kcm'}",
+                "--use-service-account-credentials=false", "--v=2"]
+        self.proc = Proc("kube-controller-manager", argv, self.workdir / "logs" / "kube-controller-manager.log")
+        ctx = ssl._create_unverified_context()
+
+        def healthy() -> bool:
+            with urllib.request.urlopen(f"https://127.0.0.1:{self.port}/healthz", timeout=5, context=ctx) as r:
+                return r.read() == b"ok"
+
+        wait_until("kube-controller-manager healthy", healthy, 60, 0.25, proc=self.proc)
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.stop()
             self.proc = None
 
 
