@@ -82,6 +82,23 @@ def _check_numbers(args: argparse.Namespace) -> None:
         raise PolicyError(f"--split-count: must be at least 1, got {args.split_count}")
     if args.jobs is not None and args.jobs < 1:
         raise PolicyError(f"--jobs: must be at least 1, got {args.jobs}")
+    _check_bound(args)
+
+
+def _check_bound(args: argparse.Namespace) -> None:
+    """``--bound`` models openb tasks on openb nodes (a share of each GPU, or whole GPUs): refuse anything else."""
+    if args.bound is None:
+        return
+    from hami_core.sim.bound import METHODS, require_solver
+
+    if args.bound not in METHODS:
+        raise PolicyError(f"--bound {args.bound}: expected one of {', '.join(METHODS)}")
+    if not (args.trace_nodes and args.trace_pods):
+        raise PolicyError("--bound: needs --trace-nodes and --trace-pods (the bound models openb tasks, whose GPU "
+                          "shares are known before placement, on openb nodes)")
+    if args.explain:
+        raise PolicyError("--bound and --explain are exclusive (--explain prints no report to put the bound in)")
+    require_solver()
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -142,6 +159,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "ResourceClaims, the first device in ResourceSlice order that satisfies each request, nodes "
                           "scored by kube-scheduler's default plugins; no HAMi policy, so no --policy, --node-policy, "
                           "--gpu-policy, --fgd-mix, --preemption or --explain)")
+    run.add_argument("--bound", nargs="?", const="auto", metavar="METHOD",
+                     help="also compute, per seed, the ceiling: an upper bound on the GPU allocation at 100 %% arrived "
+                          "demand that any placement of the same arrived pods could reach (needs --trace-nodes, "
+                          "--trace-pods and scipy). METHOD: exact (the placement problem as an integer program, "
+                          "small clusters), classes (a linear program over pod classes and node types) or auto (the "
+                          "default: exact when small); see docs/simulation.md, The ceiling")
     out = parser.add_argument_group("output")
     out.add_argument("--report", metavar="PATH", help="write the JSON report here")
     out.add_argument("--html", metavar="PATH", help="write a self-contained HTML report with charts here")
@@ -323,7 +346,12 @@ def run(args: argparse.Namespace) -> int:
             runs = experiment.run(progress=lambda share: progress.advance(bar, share), jobs=jobs)
     else:
         runs = experiment.run(jobs=jobs)
-    report = report_json(runs, policies, inputs)
+    bounds = None
+    if args.bound is not None:
+        from hami_core.sim.bound import experiment_bounds
+
+        bounds = experiment_bounds(experiment, method=args.bound)
+    report = report_json(runs, policies, inputs, bounds=bounds)
     trace = Path(args.trace_pods).stem.removeprefix("openb_pod_list_") if args.trace_pods else ""
     if single and runs[0].engine is not None:
         report["nodes"] = usage_json(runs[0].engine)
@@ -348,7 +376,7 @@ def run(args: argparse.Namespace) -> int:
         print_single(console, runs[0].engine, runs[0], header)
     else:
         console.print(header)
-    console.print(summary_table(runs, paper=PAPER.get(trace)))
+    console.print(summary_table(runs, paper=PAPER.get(trace), bounds=bounds))
     for path in (args.report, args.html, args.mix_out):
         if path:
             console.print(f"wrote {path}")

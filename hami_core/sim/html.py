@@ -26,6 +26,8 @@ LEFT, RIGHT, TOP, BOTTOM = 52, 112, 14, 44
 #: The paper's methods drawn as reference lines (the table lists them all): the two packing baselines the
 #: docs compare HAMi's binpack with, and FGD.
 REFERENCE_LINES = ("GPU packing", "Best-fit", "FGD")
+#: The ceiling's line on the allocation chart (``--bound``)
+CEILING_COLOUR = "#1a7f37"
 #: Heat-map colour scale (sequential blues), from idle to fully allocated.
 SCALE = ((0.0, (247, 251, 255)), (0.25, (198, 219, 239)), (0.5, (107, 174, 214)), (0.75, (33, 113, 181)),
          (1.0, (8, 48, 107)))
@@ -142,14 +144,15 @@ def zoom(series: Sequence[Band]) -> float:
 
 def band_chart(title: str, series: Sequence[Band], *, y_label: str, x_from: float = 0.0,
                references: Sequence[tuple[str, float]] = (), marker_x: float | None = 100.0,
-               x_label: str = "arrived GPU demand (% of capacity)") -> str:
+               x_label: str = "arrived GPU demand (% of capacity)", ceiling: float | None = None) -> str:
     """An SVG chart of mean lines with their min-max bands; ``x_from`` zooms the x axis, the y axis fits what is
-    visible from there on (and the ``references``, horizontal dashed lines labelled at the right)."""
+    visible from there on (and the ``references``, horizontal dashed lines labelled at the right, and the
+    ``ceiling``, a green mark at 100 % demand: ``hami simulate --bound``)."""
     xs = [x for b in series for x in b.xs] or [0.0, 100.0]
     x0, x1 = x_from, max(max(xs), x_from + 1.0)
     visible = [y for b in series for i, x in enumerate(b.xs) if x >= x0
                for y in (b.mean[i], *(b.lo[i] if b.lo else b.mean[i], b.hi[i] if b.hi else b.mean[i]))]
-    visible += [v for _, v in references]
+    visible += [v for _, v in references] + ([ceiling] if ceiling is not None else [])
     lo, hi = (min(visible), max(visible)) if visible else (0.0, 1.0)
     pad = max((hi - lo) * 0.08, 0.5)
     ystep = _nice_step(hi - lo + 2 * pad)
@@ -198,8 +201,22 @@ def band_chart(title: str, series: Sequence[Band], *, y_label: str, x_from: floa
                     + " ".join(f"{px(u):.1f},{py(v):.1f}" for u, v in zip(b.xs, b.mean, strict=True))
                     + f'"><title>{_esc(b.label)}</title></polyline>')
     parts.append(f'<g clip-path="url(#{clip})">{"".join(body)}</g>')
+    if ceiling is not None:
+        # the bound holds at 100 % arrived demand only: a mark there, not a line across the chart
+        at = px(max(min(marker_x if marker_x is not None else x1, x1), x0))
+        parts.append(f'<g stroke="{CEILING_COLOUR}" fill="{CEILING_COLOUR}"><title>ceiling at 100 % demand: '
+                     f'{ceiling:.2f} %</title><line x1="{at - 14:.1f}" x2="{at + 14:.1f}" y1="{py(ceiling):.1f}" '
+                     f'y2="{py(ceiling):.1f}" stroke-width="2"/><circle cx="{at:.1f}" cy="{py(ceiling):.1f}" r="3"/>'
+                     f'<line x1="{at + 14:.1f}" x2="{LEFT + pw}" y1="{py(ceiling):.1f}" y2="{py(ceiling):.1f}" '
+                     'stroke-width="1" stroke-dasharray="1 3"/></g>')
+        references = [*references, ("ceiling", ceiling)]
     label_y = _spread_labels([py(v) for _, v in references], TOP + 6, TOP + ph)
-    for (name, value), ly in zip(references, label_y, strict=True):
+    published = len(references) - (ceiling is not None)
+    for i, ((name, value), ly) in enumerate(zip(references, label_y, strict=True)):
+        if i >= published:  # the ceiling: its line is drawn above, only its label here
+            parts.append(f'<text x="{LEFT + pw + 4}" y="{ly + 4:.1f}" font-size="11" fill="{CEILING_COLOUR}">'
+                         f'{_esc(name)} {value:.2f}</text>')
+            continue
         parts.append(f'<line x1="{LEFT}" x2="{LEFT + pw}" y1="{py(value):.1f}" y2="{py(value):.1f}" stroke="#333" '
                      f'stroke-dasharray="6 3" stroke-width="1"><title>published {_esc(name)}: {value:.2f} %'
                      f'</title></line><text x="{LEFT + pw + 4}" y="{ly + 4:.1f}" font-size="11" fill="#333">'
@@ -296,10 +313,38 @@ def _summary_rows(report: Mapping[str, Any], by_policy: Mapping[str, Sequence[Ma
             for k, v in r["failed_by_reason"].items():
                 reasons[k] = reasons.get(k, 0) + v
         top = "\n".join(f"{k} {v / max(len(rs), 1):.0f}" for k, v in sorted(reasons.items(), key=lambda kv: -kv[1])[:3])
-        rows.append([_esc(label), str(s["runs"]), _esc(at100), _num(s["final_gpu_allocation_ratio"], unit="%"),
-                     _num(s["fragmentation_ratio_at_100"], unit="%"), f"{s['placed']:.0f}", f"{s['failed']:.0f}",
-                     _esc(top), _num(s["wall_s"], 1), f"{s['decisions_per_s']:.0f}"])
+        row = [_esc(label), str(s["runs"]), _esc(at100), _num(s["final_gpu_allocation_ratio"], unit="%"),
+               _num(s["fragmentation_ratio_at_100"], unit="%"), f"{s['placed']:.0f}", f"{s['failed']:.0f}",
+               _esc(top), _num(s["wall_s"], 1), f"{s['decisions_per_s']:.0f}"]
+        if "bound" in report:
+            row[3:3] = [_num(s.get("bound"), unit="%"), _num(s.get("gap_to_bound"))]
+        rows.append(row)
     return rows
+
+
+def _ceiling(report: Mapping[str, Any], labels: Sequence[str]) -> str:
+    """``--bound``: how far each policy is from the ceiling, and each seed's bound."""
+    bound = report.get("bound")
+    if not bound:
+        return ""
+    gaps = []
+    for label in labels:
+        s = report["summary"].get(label, {})
+        if s.get("gap_to_bound") is not None:
+            gaps.append(f"<li><b>{_esc(label)}</b>: {s['gap_to_bound']:.2f} points from the ceiling "
+                        f"({_num(s.get('gpu_allocation_ratio_at_100'), unit='%')} of {_num(s['bound'], unit='%')})"
+                        "</li>")
+    rows = [[_esc("arrival order" if b["seed"] is None else b["seed"]),
+             _num(b["gpu_allocation_ratio_at_100"], unit="%"),
+             _esc(b["method"]) + ("" if b["optimal"] else " (not proven optimal)"), _num(b["arrived"], unit="%"),
+             str(b["pods"]), str(b["gpu_pods"]), str(b["classes"]), str(b["node_types"]), _num(b["wall_s"], 2)]
+            for b in bound["seeds"]]
+    return ("<h2>The ceiling</h2><p>The most GPU any placement of the same arrived pods could allocate when arrived "
+            "demand reaches 100 % of capacity, at most (an upper bound: pods that fit nowhere are skipped, so a "
+            "policy's allocation is that of some subset of the arrived pods that fits at once).</p>"
+            + (f'<ul class="gaps">{"".join(gaps)}</ul>' if gaps else "")
+            + _table(["seed", "ceiling @100%", "method", "arrived", "pods", "GPU pods", "pod classes", "node types",
+                      "s"], rows, text_cols=(2,)))
 
 
 def _failures(labels: Sequence[str], by_policy: Mapping[str, Sequence[Mapping[str, Any]]]) -> str:
@@ -392,9 +437,15 @@ def render(report: Mapping[str, Any], *, paper: Mapping[str, float] | None = Non
     seeded = bool(seeds)
     caption = ("alloc: allocated GPU share, % of capacity, when arrived demand reaches 100 % and at the end; frag: FGD "
                "fragmentation, % of capacity" + ("; mean over seeds (± standard deviation)" if seeded else ""))
-    summary = _table(["policy", "runs", "alloc @100%", "alloc final", "frag @100%", "placed", "failed",
-                      "top failures", "s/run", "dec/s"], _summary_rows(report, by_policy), text_cols=(0, 7),
+    head = ["policy", "runs", "alloc @100%", "alloc final", "frag @100%", "placed", "failed", "top failures", "s/run",
+            "dec/s"]
+    if "bound" in report:
+        head[3:3] = ["ceiling @100%", "gap"]
+        caption += ("; ceiling: upper bound on alloc @100% for any placement of the same arrived pods; gap: points "
+                    "below it")
+    summary = _table(head, _summary_rows(report, by_policy), text_cols=(0, head.index("top failures")),
                      cls="summary")
+    ceiling = (report.get("bound") or {}).get("gpu_allocation_ratio_at_100")
     published = ""
     references: list[tuple[str, float]] = []
     if paper:
@@ -415,8 +466,9 @@ def render(report: Mapping[str, Any], *, paper: Mapping[str, float] | None = Non
     charts = (
         f'<div class="charts"><figure><h3>GPU allocation vs arrived demand</h3>{legend}'
         + band_chart("GPU allocation ratio vs arrived demand", alloc, y_label="allocated GPU (% of capacity)",
-                     x_from=start, references=references)
-        + f"<figcaption>{spread_note}; {alloc_note}; dashed vertical: demand = 100 % of capacity.</figcaption>"
+                     x_from=start, references=references, ceiling=ceiling)
+        + f"<figcaption>{spread_note}; {alloc_note}; dashed vertical: demand = 100 % of capacity"
+        + ("; green: the ceiling at 100 % demand (mean over seeds)" if ceiling is not None else "") + ".</figcaption>"
         f'</figure><figure><h3>Fragmentation vs arrived demand (FGD measure)</h3>{legend}'
         + band_chart("Fragmentation vs arrived demand (FGD measure)", frag, y_label="fragmented GPU (% of capacity)")
         + f"<figcaption>{spread_note}.</figcaption></figure></div>")
@@ -447,6 +499,7 @@ def render(report: Mapping[str, Any], *, paper: Mapping[str, float] | None = Non
 {summary}
 <p class="caption">{_esc(caption)}</p>
 {published}
+{_ceiling(report, labels)}
 {single}
 <h2>Allocation and fragmentation as demand arrives</h2>
 {charts}

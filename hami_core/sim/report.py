@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
@@ -12,6 +12,9 @@ from hami_core.engine.facade import Engine
 from hami_core.plugins.types import ContainerDevice
 from hami_core.sim.experiment import Policy, summarize
 from hami_core.sim.replay import Placed, RunResult
+
+if TYPE_CHECKING:
+    from hami_core.sim.bound import Bound
 
 REPORT_VERSION = 1
 
@@ -90,14 +93,36 @@ def usage_table(engine: Engine) -> Table:
     return table
 
 
-def summary_table(runs: Sequence[RunResult], *, paper: Mapping[str, float] | None = None) -> Table:
+def _by_seed(bounds: Sequence[Bound] | None) -> dict[int | None, float]:
+    return {b.seed: b.ratio_at_100 for b in bounds or () if b.ratio_at_100 is not None}
+
+
+def ceiling(runs: Sequence[RunResult], bounds: Sequence[Bound] | None) -> tuple[float | None, float | None]:
+    """(the mean ceiling over the seeds of ``runs``, the mean of bound - alloc @100 % over them), or None each."""
+    ceil = _by_seed(bounds)
+    pairs = [(ceil[r.seed], r.ratio_at_100) for r in runs if r.seed in ceil and r.ratio_at_100 is not None]
+    if not pairs:
+        return None, None
+    return (round(sum(b for b, _ in pairs) / len(pairs), 3),
+            round(sum(b - a for b, a in pairs) / len(pairs), 3))
+
+
+def summary_table(runs: Sequence[RunResult], *, paper: Mapping[str, float] | None = None,
+                  bounds: Sequence[Bound] | None = None) -> Table:
     summary = summarize(runs)
     seeded = any(r.seed is not None for r in runs)
     table = Table(title="Policies compared" + (" (mean over seeds)" if seeded else ""),
                   caption="alloc: allocated GPU share, % of capacity, when arrived demand reaches 100 % and at the "
                           "end; frag: FGD fragmentation, % of capacity")
-    for col in ("policy", "runs", "alloc @100%", "alloc final", "frag @100%", "placed", "failed", "top failures",
-                "s/run", "dec/s"):
+    cols = ["policy", "runs", "alloc @100%", "alloc final", "frag @100%", "placed", "failed", "top failures",
+            "s/run", "dec/s"]
+    if bounds is not None:  # the ceiling next to each policy: the same seeds' bound, and how far below it
+        cols[3:3] = ["ceiling @100%", "gap"]
+        methods = sorted({b.method for b in bounds})
+        table.caption = (table.caption or "") + (
+            f"; ceiling: upper bound on alloc @100% for any placement of the same arrived pods ({', '.join(methods)} "
+            "bound, hami simulate --bound), gap: points below it")
+    for col in cols:
         table.add_column(col, justify="left" if col in ("policy", "top failures") else "right",
                          no_wrap=col != "top failures")
     by_policy: dict[str, list[RunResult]] = {}
@@ -114,9 +139,13 @@ def summary_table(runs: Sequence[RunResult], *, paper: Mapping[str, float] | Non
                                                                                  key=lambda kv: -kv[1])[:3])
         evicted = sum(r.evicted for r in by_policy[label]) / len(by_policy[label])
         placed = f"{s['placed']:.0f}" + (f"\n{evicted:.0f} evicted" if evicted else "")
-        table.add_row(label, str(s["runs"]), at100, _pct(s["final_gpu_allocation_ratio"]),
-                      _pct(s["fragmentation_ratio_at_100"]), placed, f"{s['failed']:.0f}", top,
-                      f"{s['wall_s']:.1f}", f"{s['decisions_per_s']:.0f}")
+        cells = [label, str(s["runs"]), at100, _pct(s["final_gpu_allocation_ratio"]),
+                 _pct(s["fragmentation_ratio_at_100"]), placed, f"{s['failed']:.0f}", top,
+                 f"{s['wall_s']:.1f}", f"{s['decisions_per_s']:.0f}"]
+        if bounds is not None:
+            bound, gap = ceiling(by_policy[label], bounds)
+            cells[3:3] = [_pct(bound), "-" if gap is None else f"{gap:.2f}"]
+        table.add_row(*cells)
     if paper:
         table.caption = (table.caption or "") + "\nPublished (Weng et al., ATC'23, mean of 10 seeds): " + ", ".join(
             f"{k} {v:.2f}%" for k, v in paper.items())
@@ -180,11 +209,28 @@ def _devices_json(p: Placed) -> list[dict[str, Any]]:
             for pos, devs in enumerate(per_container) for dev in devs]
 
 
-def report_json(runs: Sequence[RunResult], policies: Sequence[Policy], inputs: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``--report`` document: ``{"version", "inputs", "runs": [...], "summary": {policy: {...}}}``."""
+def report_json(runs: Sequence[RunResult], policies: Sequence[Policy], inputs: Mapping[str, Any], *,
+                bounds: Sequence[Bound] | None = None) -> dict[str, Any]:
+    """The ``--report`` document: ``{"version", "inputs", "runs": [...], "summary": {policy: {...}}}``; with
+    ``bounds`` (``--bound``) also ``"bound"`` (each seed's ceiling), and ``bound``/``gap_to_bound`` in each run and
+    each policy's summary."""
     by_label = {p.label: p for p in policies}
-    return {"version": REPORT_VERSION, "inputs": dict(inputs),
-            "runs": [run_json(r, by_label.get(r.policy)) for r in runs], "summary": summarize(runs)}
+    out: dict[str, Any] = {"version": REPORT_VERSION, "inputs": dict(inputs),
+                           "runs": [run_json(r, by_label.get(r.policy)) for r in runs], "summary": summarize(runs)}
+    if bounds is None:
+        return out
+    ceil = _by_seed(bounds)
+    mean = [b.ratio_at_100 for b in bounds if b.ratio_at_100 is not None]
+    out["bound"] = {"methods": sorted({b.method for b in bounds}),
+                    "gpu_allocation_ratio_at_100": round(sum(mean) / len(mean), 3) if mean else None,
+                    "seeds": [b.as_json() for b in bounds]}
+    for r, doc in zip(runs, out["runs"], strict=True):
+        doc["bound"] = ceil.get(r.seed)
+        doc["gap_to_bound"] = (None if r.seed not in ceil or r.ratio_at_100 is None
+                               else round(ceil[r.seed] - r.ratio_at_100, 3))
+    for label, s in out["summary"].items():
+        s["bound"], s["gap_to_bound"] = ceiling([r for r in runs if r.policy == label], bounds)
+    return out
 
 
 def usage_json(engine: Engine) -> dict[str, list[dict[str, Any]]]:
