@@ -10,7 +10,13 @@ One control plane per node count; on it, one mode after the other:
 * ``hami``: kube-scheduler calling ``hami scheduler`` (the shipped KubeSchedulerConfiguration, binpack),
   fractional requests (``nvidia.com/gpumem`` / ``gpucores``), and the device plugin's Allocate for every bound pod
   (hami's own Allocate code in a kubelet stand-in process, which releases the node lock as on a node);
-* ``hami-bind-write``: the same with ``--write-allocation bind``.
+* ``hami-bind-write``: the same with ``--write-allocation bind``;
+* ``dra``: the same fractional pods in DRA mode (issue 30): hami's webhook (``--device-mode dra``) turns each into
+  a ResourceClaimTemplate, kube-controller-manager's resourceclaim controller makes the claims, and kube-scheduler
+  with no extender allocates them with its own DRA allocator from the ResourceSlices ``hami dra-driver`` would
+  publish for each node's GPUs (written by the benchmark from the nodes' registrations, as ``hami dra-driver
+  --dry-run`` prints them; publishing is not on the measured path). The claims exist before the clock starts,
+  as the pods do in every mode.
 
 How a mode is measured: its M pods are created first, naming a scheduler that is not running yet; then its
 kube-scheduler starts, and the clock starts when it takes the leader Lease (it schedules from then on), so the
@@ -50,16 +56,16 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 
-from realkube.controlplane import ControlPlane, KubeScheduler, binaries  # noqa: E402
+from realkube.controlplane import ControlPlane, KubeControllerManager, KubeScheduler, binaries  # noqa: E402
 from realkube.hami import HamiScheduler, scheduler_config  # noqa: E402
 from realkube.objects import create_node, gpu_pod  # noqa: E402
 from realkube.procs import Proc, free_port, wait_until  # noqa: E402
 from realkube.stack import Stack  # noqa: E402
 
-MODES = ("alone", "null-extender", "hami", "hami-bind-write")
+MODES = ("alone", "null-extender", "hami", "hami-bind-write", "dra")
 PREFIX = "bench-"
 PROFILES = {"alone": "bench-alone", "null-extender": "bench-null", "hami": "hami-scheduler",
-            "hami-bind-write": "hami-scheduler"}
+            "hami-bind-write": "hami-scheduler", "dra": "bench-dra"}
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -177,7 +183,7 @@ def pods_for(mode: str, namespace: str, count: int, seed: int) -> list[dict[str,
 
 def scheduler_config_for(mode: str, extender_url: str | None, ca: bytes, qps: int) -> dict[str, Any]:
     overrides = {"clientConnection": {"qps": qps, "burst": qps}}
-    if mode == "alone":
+    if mode in ("alone", "dra"):
         config = scheduler_config(None, None, overrides=overrides)
     elif mode == "null-extender":
         config = scheduler_config(None, None, overrides=overrides)
@@ -219,6 +225,36 @@ class Run:
             finally:
                 kubelet.stop()
 
+    def publish_dra(self, stack: Stack) -> None:
+        """The NVIDIA DeviceClass and every node's ResourceSlices, as ``hami dra-driver`` publishes them (once)."""
+        if getattr(self, "_published", False):
+            return
+        from kubernetes import client
+
+        from hami_core.dra.deviceclass import device_class
+        from hami_core.dra.driver import node_slices
+        from hami_core.engine.config import load_config
+        from hami_core.plugins.manager import get_plugin_manager
+
+        config = load_config(str(stack.install_from.device_config))
+        pm = get_plugin_manager(blocked=config.blocked_plugins)
+        backends = [b for b in pm.backends(config.devices) if b.vendor == "nvidia"]
+        api = client.ResourceV1Api(stack.plane.admin)
+        api.create_device_class(device_class("NVIDIA"), _preload_content=False)
+        core = stack.plane.core()
+
+        def publish(i: int) -> None:
+            node = json.loads(core.read_node(f"{PREFIX}{i:05d}", _preload_content=False).data)
+            for item in node_slices(pm, backends, node):
+                item["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "Node", "controller": True,
+                                                        "name": node["metadata"]["name"],
+                                                        "uid": node["metadata"]["uid"]}]
+                api.create_resource_slice(item, _preload_content=False)
+
+        with ThreadPoolExecutor(16) as pool:
+            list(pool.map(publish, range(self.nodes)))
+        self._published = True
+
     def _profile(self, plane: ControlPlane, mode: str) -> None:
         """kube-apiserver's CPU profile over ``profile_s`` seconds of the run (``go tool pprof -top FILE``)."""
         import urllib.request
@@ -252,11 +288,29 @@ class Run:
             stack.hami = hami
             stack.wait_hami_nodes([f"{PREFIX}{i:05d}" for i in range(self.nodes)], timeout_s=300)
             extender, url = hami, hami.url
+        elif mode == "dra":
+            self.publish_dra(stack)
+            kcm = KubeControllerManager(self.bindir, self.workdir, plane.apiserver.admin_kubeconfig,
+                                        controllers=("resourceclaim-controller",)).start()
+            # the webhook only: kube-scheduler does not call hami in DRA mode
+            webhook = HamiScheduler(self.workdir, plane.ca, stack.scheduler_kubeconfig, name="hami-dra-webhook",
+                                    extra={"--leader-elect": None, "--device-mode": "dra", "--log-level": "WARNING",
+                                           "--kube-qps": str(self.qps), "--kube-burst": str(self.qps)})
+            webhook.start(timeout_s=300)
+            stack.hami = webhook
+            stack.register_webhook()
         self.say(f"{mode}: creating {self.pods} pods")
         core = plane.core()
         pods = pods_for(mode, namespace, self.pods, self.seed)
         with ThreadPoolExecutor(16) as pool:
             list(pool.map(lambda p: core.create_namespaced_pod(namespace, p, _preload_content=False), pods))
+        if mode == "dra":
+            from kubernetes import client
+
+            resource = client.ResourceV1Api(plane.admin)
+            wait_until(f"{mode}: {self.pods} claims made", lambda: len(json.loads(
+                resource.list_namespaced_resource_claim(namespace, _preload_content=False).data)["items"])
+                >= self.pods, 300, 0.5)
         watch = BoundWatch(plane, namespace)
         before_api = api_requests(plane)
         config = scheduler_config_for(mode, url, plane.ca.pem, self.qps)
@@ -290,6 +344,13 @@ class Run:
             scheduler.stop()
             if extender is not None:
                 extender.stop()
+            if mode == "dra":
+                from kubernetes import client as kclient
+
+                kclient.AdmissionregistrationV1Api(plane.admin).delete_mutating_webhook_configuration(
+                    "hami-webhook", _preload_content=False)
+                webhook.stop()
+                kcm.stop()
         after_api = api_requests(plane)
         calls = {f"{verb} {res}": round((after_api[(verb, res)] - before_api.get((verb, res), 0)) / self.pods, 2)
                  for verb, res in after_api if after_api[(verb, res)] - before_api.get((verb, res), 0) > 0}
