@@ -177,8 +177,8 @@ def _dff_family() -> list[Callable[[Fraction], Fraction]]:
 
 def upper_bound(nodes: Sequence[NodeSpec], pods: Sequence[SimPod], *, method: str = "auto",
                 time_limit: float = TIME_LIMIT_S) -> tuple[float, str, bool]:
-    """The most GPU milli any placement of a subset of ``pods`` on ``nodes`` could allocate, at least: (milli,
-    method used, whether its program was solved to optimality)."""
+    """At least the most GPU milli any placement of a subset of ``pods`` on ``nodes`` could allocate: (that bound,
+    the method used, whether its program was solved to optimality; ``exact`` and optimal: the best placement's)."""
     if method not in METHODS:
         raise BoundError(f"--bound method {method!r}: expected one of {', '.join(METHODS)}")
     classes = pod_classes(pods)
@@ -190,7 +190,9 @@ def upper_bound(nodes: Sequence[NodeSpec], pods: Sequence[SimPod], *, method: st
     solve = _exact if method == "exact" else _by_classes
     milli, optimal = solve(gpu_nodes, classes, time_limit)
     demand = sum(c.demand * c.count for c in classes)
-    return min(milli, float(demand)), method, optimal
+    # any placement allocates a whole number of milli, at most the solver's bound give or take its tolerances
+    # (1e-7 relative in HiGHS; 1e-6 here): the largest whole number within that is a bound too
+    return float(min(math.floor(milli * (1 + 1e-6) + 1e-6), demand)), method, optimal
 
 
 def require_solver() -> None:
@@ -353,8 +355,8 @@ def experiment_bounds(experiment: Experiment, *, method: str = "auto", time_limi
 
 
 def _ceil3(value: float) -> float:
-    # up to the report's 3 decimals, with room for HiGHS's tolerances (1e-6 of the value): a ceiling never rounds down
-    return math.ceil(value * (1 + 1e-6) * 1000 - 1e-9) / 1000
+    # up to the report's 3 decimals: a ceiling never rounds down
+    return math.ceil(value * 1000 - 1e-7) / 1000
 
 
 __all__ = ["METHODS", "Bound", "BoundError", "NodeSpec", "arrived_prefix", "experiment_bounds", "node_specs",

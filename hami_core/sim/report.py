@@ -123,8 +123,9 @@ def summary_table(runs: Sequence[RunResult], *, paper: Mapping[str, float] | Non
             f"; ceiling: upper bound on alloc @100% for any placement of the same arrived pods ({', '.join(methods)} "
             "bound, hami simulate --bound), gap: points below it")
     for col in cols:
+        # a narrow terminal folds a long reason word rather than cutting it to "Card…" (the HTML shows it whole)
         table.add_column(col, justify="left" if col in ("policy", "top failures") else "right",
-                         no_wrap=col != "top failures")
+                         no_wrap=col != "top failures", overflow="fold" if col == "top failures" else "ellipsis")
     by_policy: dict[str, list[RunResult]] = {}
     for r in runs:
         by_policy.setdefault(r.policy, []).append(r)

@@ -78,8 +78,17 @@ def _simulate(folder: Path, name: str, *args: str) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, str]]:
     folder = tmp_path_factory.mktemp("html")
-    return {"seeds": _simulate(folder, "seeds", "--policy", "binpack,spread", "--seeds", "1-3", "--inflate", "1.0"),
-            "single": _simulate(folder, "single")}
+    nodes, pods = folder / "nodes.csv", folder / "pods.csv"  # a small openb-shaped trace for --bound
+    nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\n" + "".join(
+        f"n{i},{16000 * (1 + i % 2)},65536,{1 + i % 4},{('T4', 'V100M16')[i % 2]}\n" for i in range(6)))
+    pods.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n" + "".join(
+        f"p{i},{1000 * (1 + i % 5)},4096,{1 + (i % 7 == 0)},{1000 if i % 7 == 0 else 100 * (2 + i % 7)},"
+        f"{'T4' if i % 5 == 0 else ''}\n" for i in range(30)))
+    pages = {"seeds": _simulate(folder, "seeds", "--policy", "binpack,spread", "--seeds", "1-3", "--inflate", "1.0"),
+             "single": _simulate(folder, "single")}
+    pages["bound"] = _simulate(folder, "bound", "--trace-nodes", str(nodes), "--trace-pods", str(pods), "--policy",
+                               "binpack,spread", "--seeds", "1-2", "--bound")
+    return pages
 
 
 def _dom(page: dict[str, str], tmp_path: Path) -> _Page:
@@ -95,12 +104,12 @@ def _summary_cells(terminal: str) -> list[list[str]]:
     rows = []
     for line in table.splitlines():
         cells = [c.strip() for c in line.strip().strip("│").split("│")]
-        if len(cells) == 10 and cells[0] and cells[0] != "policy":
+        if len(cells) in (10, 12) and cells[0] and cells[0] != "policy":  # 12: with --bound's ceiling and gap
             rows.append(cells)
     return rows
 
 
-@pytest.mark.parametrize("name", ["seeds", "single"])
+@pytest.mark.parametrize("name", ["seeds", "single", "bound"])
 def test_the_page_says_what_the_terminal_says(pages: dict[str, dict[str, str]], name: str, tmp_path: Path) -> None:
     page = pages[name]
     dom = _dom(page, tmp_path)
@@ -115,7 +124,12 @@ def test_the_page_says_what_the_terminal_says(pages: dict[str, dict[str, str]], 
     assert len(dom.svgs) >= 3
     for svg in dom.svgs:  # scalable: a viewBox and no fixed size
         assert svg.get("viewbox") and "width" not in svg and "height" not in svg, svg
-    if name == "seeds":
+    if name == "bound":
+        assert len(rows[0]) == 12
+        for label, summary in report["summary"].items():
+            assert f"{label}: {summary['gap_to_bound']:.2f} points from the ceiling" in text.replace(" :", ":")
+        assert "The ceiling" in text and "green: the ceiling at 100 % demand" in text
+    elif name == "seeds":
         assert "line: mean over 3 seeds (1-3); band: lowest to highest seed" in text
         assert "median run of 3 seeds" in text
         assert "Failure reasons" in text and "GPU models" in text
@@ -128,7 +142,7 @@ def test_the_page_says_what_the_terminal_says(pages: dict[str, dict[str, str]], 
             assert heading in text
 
 
-@pytest.mark.parametrize("name", ["seeds", "single"])
+@pytest.mark.parametrize("name", ["seeds", "single", "bound"])
 def test_nothing_overflows_at_a_phone_width_and_screenshots(pages: dict[str, dict[str, str]], name: str,
                                                              tmp_path: Path) -> None:
     html = Path(pages[name]["html"])
