@@ -440,7 +440,7 @@ def render(report: Mapping[str, Any], *, paper: Mapping[str, float] | None = Non
     head = ["policy", "runs", "alloc @100%", "alloc final", "frag @100%", "placed", "failed", "top failures", "s/run",
             "dec/s"]
     if "bound" in report:
-        head[3:3] = ["ceiling @100%", "gap"]
+        head[3:3] = ["ceiling", "gap"]
         caption += ("; ceiling: upper bound on alloc @100% for any placement of the same arrived pods; gap: points "
                     "below it")
     summary = _table(head, _summary_rows(report, by_policy), text_cols=(0, head.index("top failures")),

@@ -117,7 +117,7 @@ def summary_table(runs: Sequence[RunResult], *, paper: Mapping[str, float] | Non
     cols = ["policy", "runs", "alloc @100%", "alloc final", "frag @100%", "placed", "failed", "top failures",
             "s/run", "dec/s"]
     if bounds is not None:  # the ceiling next to each policy: the same seeds' bound, and how far below it
-        cols[3:3] = ["ceiling @100%", "gap"]
+        cols[3:3] = ["ceiling", "gap"]
         methods = sorted({b.method for b in bounds})
         table.caption = (table.caption or "") + (
             f"; ceiling: upper bound on alloc @100% for any placement of the same arrived pods ({', '.join(methods)} "
