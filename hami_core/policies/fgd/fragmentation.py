@@ -571,6 +571,12 @@ def fgd_device_order(devices: Sequence[DeviceUsage], request: Shape,
     types = sorted({d.type for d in devices})
     free = np.array([host_free], dtype=float)
     dev = DeviceArrays.build([devices], {t: i for i, t in enumerate(types)}, free)
+    usable = np.flatnonzero(_Spec.of([request], types).usable(dev, dev.used, dev.usedcores, dev.usedmem)[0][0])
+    if len(usable) <= 1:
+        # no choice to make (a node the fit rejects, as every node a failing pod is explained on, or one device
+        # left): the stable sort of the keys below puts the devices that cannot take it first, in their order
+        last = int(usable[0]) if len(usable) else -1
+        return [d for i, d in enumerate(devices) if i != last] + ([devices[last]] if last >= 0 else [])
     delta, inc = device_growth(dev, request, _mix_of(tuple(classes), tuple(types)), free - np.asarray(host_need, float))
     key = _selection_key(dev, inc, delta, "fgd", weights)[0, :len(devices)]
     return [devices[i] for i in np.argsort(key, kind="stable")]

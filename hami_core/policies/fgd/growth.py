@@ -27,6 +27,7 @@ from hami_core.policies.fgd.fragmentation import (
     placement_delta,
 )
 from hami_core.policies.fgd.mix import Workload
+from hami_core.policies.fgd.rowmemo import RowMemo
 from hami_core.policies.fgd.rowstore import RowStore
 
 __all__ = ["CACHE_BYTES", "FgdState", "node_growth"]
@@ -44,12 +45,14 @@ class _Cache:
     """Fragmentation growth per table row for one request signature, valid at the row's stamp and one mix
     version. For select ``fgd``, whose device choice (the least weighted growth) depends on the weights."""
 
-    __slots__ = ("stamp", "value", "version")
+    __slots__ = ("memos", "stamp", "value", "version")
 
     def __init__(self) -> None:
         self.version = -1
         self.stamp = np.full(0, -1, dtype=np.int64)
         self.value = np.zeros(0)
+        #: per request of the signature, its growth by node state at ``version`` (select ``fgd``, :mod:`.rowmemo`)
+        self.memos: list[RowMemo] = []
 
     def ensure(self, size: int) -> None:
         if size > len(self.stamp):
@@ -59,7 +62,7 @@ class _Cache:
 
     @property
     def nbytes(self) -> int:
-        return self.stamp.nbytes + self.value.nbytes
+        return self.stamp.nbytes + self.value.nbytes + sum(m.nbytes for m in self.memos)
 
 
 class _ClassCache(_Cache):
@@ -222,6 +225,8 @@ class FgdState:
         self.by_signature: OrderedDict[tuple[Any, ...], _Cache] = OrderedDict()
         self.stores: dict[str, RowStore] = {}
         self._buffer = np.empty(0)
+        #: bytes the growth memos (:mod:`.rowmemo`) took since the last :meth:`_evict`
+        self._grown = 0
 
     def growth(self, batch: NodeBatch, workload: Workload, select: str, weights: tuple[int, int, int],
                host: tuple[int, int]) -> np.ndarray:
@@ -395,20 +400,35 @@ class FgdState:
     def _weighted_growth(self, cache: _Cache, rows: np.ndarray, stamps: np.ndarray, shapes: tuple[Shape, ...],
                          workload: Workload, select: str, weights: tuple[int, int, int],
                          host: tuple[int, int]) -> np.ndarray:
+        if len(cache.memos) != len(shapes):
+            cache.memos = [RowMemo() for _ in shapes]
         if cache.version != workload.version:
             cache.version = workload.version
             cache.stamp[:] = -1
+            for memo in cache.memos:
+                memo.clear()
         stale = np.flatnonzero(cache.stamp[rows] != stamps)
         if len(stale):
             mixes = self._mixes(shapes, workload)
             out = np.zeros(len(stale))
+            size = cache.nbytes
             for i, shape in enumerate(shapes):
                 store = self.stores[shape.backend]
                 mix = mixes[shape.backend]
-                out += placement_delta(store.view(rows[stale]), shape, mix, select=select, weights=weights,
-                                       host_need=host if i == 0 else (0, 0), state=store.state(rows[stale], mix))
+                need = host if i == 0 else (0, 0)
+
+                def compute(at: np.ndarray, store: RowStore = store, mix: Mix = mix, shape: Shape = shape,
+                            need: tuple[int, int] = need) -> np.ndarray:
+                    return placement_delta(store.view(at), shape, mix, select=select, weights=weights,
+                                           host_need=need, state=store.state(at, mix))
+
+                # nodes alike share one computation: the growth is a function of the row key (rowmemo)
+                out += cache.memos[i].growth(store, rows[stale], mix, need, compute, 2 * len(cache.stamp) + 64)
             cache.value[rows[stale]] = out
             cache.stamp[rows[stale]] = stamps[stale]
+            self._grown += cache.nbytes - size
+            if self._grown > self.cache_bytes // 32:  # summing every signature's bytes costs: not at each entry
+                self._evict()
         return cache.value[rows]
 
     # ------------------------------------------------------------------------------------ shared
@@ -451,6 +471,7 @@ class FgdState:
 
     def _evict(self) -> None:
         """Drop least recently used signatures while the caches hold more than ``cache_bytes`` (never the last)."""
+        self._grown = 0
         total = sum(c.nbytes for c in self.by_signature.values())
         while total > self.cache_bytes and len(self.by_signature) > 1:
             _, dropped = self.by_signature.popitem(last=False)
