@@ -22,7 +22,9 @@ Sections (``--sections 1,2,...``):
 8. ``--write-allocation filter`` against ``bind``: kube-scheduler's serial filter loop through HTTP when each API
    call costs a modeled round trip (``bench_write_allocation.py``);
 9. the HTTP servers under hostile load: ``/filter`` and ``/webhook`` latency alone, under 16 clients posting 1 MiB
-   AdmissionReviews and under 16 ``/metrics`` scrapers at 500 nodes x 8 GPUs (``bench_servers.py``).
+   AdmissionReviews and under 16 ``/metrics`` scrapers at 500 nodes x 8 GPUs (``bench_servers.py``);
+10. ``hami simulate`` of the openb default trace (seed 42) under binpack and fgd, wall and CPU seconds and their
+    ratio (issue 32: fgd within 2x; ``bench_sim_policies.py``; ``--sections 10`` runs it alone).
 
 Section 1 reports wall time and the thread's CPU time (``time.thread_time``): on a shared machine the wall
 p99 includes time the OS gave to other processes, the CPU p99 does not. ``meta`` records the load average
@@ -52,6 +54,7 @@ from typing import Any
 import bench_burst
 import bench_fgd
 import bench_servers
+import bench_sim_policies
 import bench_write_allocation
 from bench_schedule import GPUS_PER_NODE
 from benchkit import Service, build_engine, node_obj, post, request_pod, running_pod
@@ -476,6 +479,11 @@ def section_write_allocation(cfg: dict[str, Any]) -> list[dict[str, Any]]:
         return bench_write_allocation.section(cfg["fw_nodes"], cfg["fw_pods"], cfg["fw_rtt_ms"], ("binpack", "spread"))
 
 
+def section_sim_policies(cfg: dict[str, Any]) -> dict[str, Any]:
+    """One fgd and one binpack run of the openb default trace (issue 32: fgd within 2x); see bench_sim_policies.py."""
+    return bench_sim_policies.section(["binpack", "fgd"], 42)
+
+
 def section_servers(cfg: dict[str, Any]) -> list[dict[str, Any]]:
     """The servers under bulk admission reviews and metrics scrapers; see bench_servers.py."""
     with console.status(f"[9] /filter and /webhook under load, {', '.join(cfg['servers'])}"):
@@ -486,7 +494,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes for a fast smoke run")
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
-    parser.add_argument("--sections", default="1,2,3,4,5,6,7,8,9", help="comma list of sections to run (default all)")
+    parser.add_argument("--sections", default="1,2,3,4,5,6,7,8,9,10",
+                        help="comma list of sections to run (default all)")
     parser.add_argument("--nodes", help="override the cluster sizes of sections 1-2 (comma list)")
     parser.add_argument("--usage", help="override the usage levels of sections 1-2 (comma list of fractions)")
     parser.add_argument("--pods", type=int, help="override the pods per cell of sections 1-2 and the full-evaluation "
@@ -538,7 +547,8 @@ def main(argv: list[str] | None = None) -> int:
             (6, "fgd", section_fgd, bench_fgd.table),
             (7, "burst", section_burst, bench_burst.table),
             (8, "write_allocation", section_write_allocation, bench_write_allocation.table),
-            (9, "servers", section_servers, bench_servers.table))
+            (9, "servers", section_servers, bench_servers.table),
+            (10, "sim_policies", section_sim_policies, bench_sim_policies.table))
     for number, key, run, render in runs:
         if number not in wanted:
             continue
