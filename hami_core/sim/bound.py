@@ -45,7 +45,8 @@ MILLI = 1000
 METHODS = ("auto", "exact", "classes")
 #: ``auto`` solves the per-node program when nodes x pod classes is at most this; past it, ``classes``.
 EXACT_LIMIT = 400
-#: Seconds HiGHS may search one seed's integer program; when it stops early the bound is its proven dual bound.
+#: Seconds one seed's program may take: ``exact``, HiGHS's search (stopped early, its proven dual bound); ``classes``,
+#: the pattern generation (stopped early, the least certificate found). Either way the result is still a bound.
 TIME_LIMIT_S = 10.0
 #: ``epsilon`` of the Fekete-Schepers functions f_eps(a) = 1 if a > 1 - eps, a if eps <= a <= 1 - eps, 0 if a < eps
 EPSILONS = (Fraction(1, 10), Fraction(1, 5), Fraction(1, 4), Fraction(1, 3), Fraction(2, 5))
