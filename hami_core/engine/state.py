@@ -326,6 +326,15 @@ class ClusterState:
         self._release_quarantine(key)
         init_count = len(((pod.get("spec") or {}).get("initContainers")) or [])
         booked = collapse(devices, init_count, app_only=init_count > 0 and init_containers_done(pod))
+        # Negative cores are HAMi's own (gpucores: -1 under its int32 arithmetic) and are booked as it books them;
+        # negative memory no HAMi component writes: booked, it would hand the device's memory to the next pod.
+        negative = next((d for devs in booked.values() for d in devs if d.usedmem < 0), None)
+        if negative is not None:
+            reason = (f"pod {pod_ref(pod)} has an undecodable allocation: device {negative.uuid or '<no uuid>'} books "
+                      f"{negative.usedmem} MiB of memory (no HAMi component writes negative memory)")
+            log.error("node %s quarantined: %s", node, reason)
+            self._quarantine(key, node, reason)
+            return
         booking = Booking(key, pod_ref(pod), node, booked, self._pod_mig(pod))
         self.priorities[key] = pod_priority(pod)
         if self.ledger.get(key) == booking:

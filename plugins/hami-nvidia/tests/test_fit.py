@@ -464,3 +464,19 @@ def test_engine_books_a_hami_written_negative_core_usage_as_hami_does() -> None:
     engine.upsert_pod(running_pod("hami", "n1", "GPU-a,NVIDIA,1000,-10:;"))
     assert engine.schedule(make_pod(gpu_container(mem=10, cores=10))).node == "n1"
     assert engine.schedule(make_pod(gpu_container(mem=10, cores=11))).failed == {"n1": "1/1 CardInsufficientCore"}
+
+
+def test_a_negative_memory_booking_quarantines_the_node() -> None:
+    """No HAMi component writes negative memory: booked, ``-1000`` would hand the GPU's memory to the next pod,
+    so the node is quarantined (as for an undecodable allocation) until the pod goes."""
+    engine = make_engine()
+    engine.upsert_node(make_node("n1", [reg("GPU-a", devmem=8000, type="NVIDIA A10")], allocatable=10))
+    engine.upsert_pod(running_pod("full", "n1", "GPU-a,NVIDIA,8000,10:;"))
+    damaged = running_pod("damaged", "n1", "GPU-a,NVIDIA,-1000,10:;")
+    engine.upsert_pod(damaged)
+    state = engine.nodes["n1"]
+    assert "books -1000 MiB of memory" in next(iter(state.quarantine.values()))
+    assert state.by_uuid["GPU-a"].usedmem == 8000
+    assert not engine.schedule(make_pod(gpu_container(mem=10, cores=10))).ok
+    engine.remove_pod(damaged)
+    assert not state.quarantine
