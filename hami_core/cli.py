@@ -55,6 +55,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("plugins", "hami_core.pluginreport", "list plugins and the backends they register"),
     Command("version", __name__, "print the hami-core version", add="add_version_arguments", run="run_version"),
     Command("explain", "hami_core.explain", "why a pod is pending: each node's, device's and check's verdict"),
+    Command("defrag", "hami_core.defrag.cli", "plan or apply pod moves that free whole devices (hami defrag plan)"),
     Command("simulate", "hami_core.sim.cli", "place a workload onto a cluster in-process (hami simulate -h)",
             lazy=True),
     Command("scheduler", "hami_core.scheduler.cli", "serve the kube-scheduler extender and admission webhook",

@@ -49,7 +49,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("cluster", ("hami_core.cluster", "hami_core.cmdline")),
     ("component", ("hami_core.scheduler", "hami_core.node", "hami_core.sim", "hami_core.monitor", "hami_core.dra")),
     ("top", ("hami_core.cli", "hami_core.pluginreport", "hami_core.explain", "hami_core.devicesdoc",
-             "hami_core.testing")),
+             "hami_core.testing", "hami_core.defrag")),
 )
 #: What ``hami_core/__init__.py`` exports lazily (``__getattr__``), and from where.
 ROOT_LAZY = {"Engine": "hami_core.engine.facade", "Decision": "hami_core.engine.facade",

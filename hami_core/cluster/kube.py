@@ -246,6 +246,13 @@ class KubeCluster:
         body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
         self._call(f"delete pod {namespace}/{name}", self.core.delete_namespaced_pod, name, namespace, body=body)
 
+    def evict_pod(self, namespace: str, name: str, uid: str) -> None:
+        """Evict a Pod through the Eviction API (``pods/eviction`` create, policy/v1), with a UID precondition: the
+        API server refuses (429) what a PodDisruptionBudget does not allow. ``hami defrag apply`` calls it."""
+        body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace},
+                "deleteOptions": {"preconditions": {"uid": uid}}}
+        self._call(f"evict pod {namespace}/{name}", self.core.create_namespaced_pod_eviction, name, namespace, body)
+
     def patch_pod_status(self, namespace: str, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
         """Merge-patch the ``pods/status`` subresource."""
         return self._typed(self._call(f"patch pod {namespace}/{name} status", self.core.patch_namespaced_pod_status,

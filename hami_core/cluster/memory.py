@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from hami_core.cluster.base import ConflictError, NotFoundError, WatchHandler
+from hami_core.cluster.selectors import selector_matches
 from hami_core.engine.objectfile import objects_from_yaml
 from hami_core.plugins.errors import HamiError
 from hami_core.plugins.yamlload import MAX_INPUT_BYTES, YamlInputError, read_text
@@ -76,10 +77,11 @@ class MemoryCluster:
 
     @classmethod
     def from_file(cls, path: str | Path) -> MemoryCluster:
-        """Nodes, Pods and ResourceQuotas from one YAML file (multi-document or ``kind: List``); objects of other
-        kinds are ignored. A document that is not an object, an object without ``kind``, or one shaped unlike
-        what the API server would store is a :class:`HamiError` naming the file, the document and the field
-        (read with :mod:`hami_core.plugins.yamlload`: duplicate keys, alias bombs and huge files are errors)."""
+        """Nodes, Pods, ResourceQuotas and PodDisruptionBudgets from one YAML file (multi-document or ``kind:
+        List``); objects of other kinds are ignored. A document that is not an object, an object without ``kind``,
+        or one shaped unlike what the API server would store is a :class:`HamiError` naming the file, the document
+        and the field (read with :mod:`hami_core.plugins.yamlload`: duplicate keys, alias bombs and huge files are
+        errors)."""
         try:
             text = read_text(path, "cluster file", max_bytes=MAX_INPUT_BYTES)
             objects = objects_from_yaml(text, source=f"cluster file {path}", kinds=("Node", "Pod", "ResourceQuota"),
@@ -89,7 +91,9 @@ class MemoryCluster:
         nodes = [o for o in objects if o["kind"] == "Node"]
         pods = [o for o in objects if o["kind"] == "Pod"]
         quotas = [o for o in objects if o["kind"] == "ResourceQuota"]
-        return cls(nodes, pods, quotas)
+        cluster = cls(nodes, pods, quotas)
+        cluster.pdbs = [o for o in objects if o["kind"] == "PodDisruptionBudget"]  # hami defrag reads them
+        return cluster
 
     # ------------------------------------------------------------------------------------ writes
     def _stamp(self, obj: dict[str, Any]) -> dict[str, Any]:
@@ -135,6 +139,28 @@ class MemoryCluster:
             obj = self.pods.pop((namespace, name))
             self._reindex((namespace, name), obj, None)
             self._notify("Pod", "DELETED", obj)
+
+    def evict_pod(self, namespace: str, name: str, uid: str = "") -> None:
+        """The Eviction API: refused (:class:`ConflictError`) while the pod is covered by more than one
+        PodDisruptionBudget or by one whose ``status.disruptionsAllowed`` is spent; otherwise that budget's
+        allowance drops by one and the pod is deleted (:meth:`delete_pod`, its UID precondition included)."""
+        with self._lock:
+            current = self.pods.get((namespace, name))
+            if current is None:
+                raise NotFoundError(f"pods {namespace}/{name} not found")
+            labels = current["metadata"].get("labels") or {}
+            covering = [p for p in self.pdbs if (p.get("metadata") or {}).get("namespace", "default") == namespace
+                        and selector_matches((p.get("spec") or {}).get("selector"), labels)]
+            if len(covering) > 1:
+                raise ConflictError(f"pod {namespace}/{name}: this pod has more than one PodDisruptionBudget, "
+                                    "which the eviction subresource does not support")
+            status = covering[0].setdefault("status", {}) if covering else None
+            if status is not None and int(status.get("disruptionsAllowed") or 0) <= 0:
+                raise ConflictError(f"pod {namespace}/{name}: Cannot evict pod as it would violate the pod's "
+                                    "disruption budget")
+            self.delete_pod(namespace, name, uid)
+            if status is not None:
+                status["disruptionsAllowed"] = int(status.get("disruptionsAllowed") or 0) - 1
 
     def add_quota(self, quota: Mapping[str, Any]) -> dict[str, Any]:
         """Create or replace a ResourceQuota (namespace defaults to ``default``)."""

@@ -340,6 +340,7 @@ KUBE = ROOT / "hami_core" / "cluster" / "kube.py"
 LEADER = ROOT / "hami_core" / "cluster" / "leader.py"
 VERB = {"read": "get", "list": "list", "patch": "patch", "create": "create", "replace": "update", "delete": "delete"}
 RESOURCE = {"node": "nodes", "pod": "pods", "pod_binding": "pods/binding", "pod_status": "pods/status",
+            "pod_eviction": "pods/eviction",  # hami defrag apply (hami_core/defrag: no chart role uses it)
             "event": "events", "lease": "leases", "resource_quota": "resourcequotas", "resourcequota": "resourcequotas",
             "pod_disruption_budget": "poddisruptionbudgets", "namespace": "namespaces",
             # resource.k8s.io/v1 (ResourceV1Api, through KubeCluster._resource_v1())
