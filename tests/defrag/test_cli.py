@@ -88,3 +88,15 @@ def test_apply_evicts_node_by_node_through_the_pdb() -> None:
     # the budget spent, the Eviction API refuses the next one
     with pytest.raises(ConflictError, match="disruption budget"):
         cluster.evict_pod("ml", "c", "uid-c")
+
+
+def test_eviction_refused_under_two_pdbs() -> None:
+    objs = objects(allowed=5)
+    cluster = MemoryCluster([], [o for o in objs if o["kind"] == "Pod"])
+    everything = pdb(5)
+    everything["metadata"]["name"] = "all"
+    everything["spec"]["selector"] = {}
+    cluster.pdbs = [pdb(5), everything]
+    with pytest.raises(ConflictError, match="more than one PodDisruptionBudget"):
+        cluster.evict_pod("ml", "a", "uid-a")
+    assert ("ml", "a") in cluster.pods

@@ -108,3 +108,14 @@ def test_no_move_when_nothing_helps(engine: Engine) -> None:
     pods = [running("a", "node1", "dev1", 8000, 100), running("b", "node2", "dev3", 8000, 100)]
     plan = plan_defrag(engine, nodes, pods, budget=Budget(percent=100))
     assert plan.moves == () and plan.gpus_freed == 0 and plan.frag_after == plan.frag_before
+
+
+def test_fragmentation_falls_as_hand_computed(engine: Engine) -> None:
+    # mix: three half-card pods and one whole-card pod. A half-free card is a fragment for the whole-card class
+    # (weight 1/4): 3 x 500 milli before; a moved onto dev3 or dev4 leaves one, and dev1 idle
+    nodes, pods = fragmented()
+    pods.append(running("w", "node1", "dev2", 8000, 100))
+    plan = plan_defrag(engine, nodes, pods, budget=Budget(percent=100, max_moves=1))
+    assert [m.pod for m in plan.moves] == ["default/a"]
+    assert plan.frag_before == 0.25 * 3 * 500 and plan.frag_after == 0.25 * 500
+    assert plan.idle_before == 0 and plan.idle_after == 1
