@@ -27,10 +27,12 @@ def workload_mix(engine: Engine, pods: Iterable[Mapping[str, Any]]) -> dict[str,
     return {b: snap.for_backend(b) for b in snap.backends}
 
 
-def cluster_fragmentation(engine: Engine, mix: Mapping[str, list[MixClass]]) -> float:
-    """FGD's fragmentation of the whole cluster in device milli (1000 = a whole device), summed over backends."""
-    total = 0.0
-    nodes = [engine.nodes[n] for n in sorted(engine.nodes)]
+def node_fragmentation(engine: Engine, mix: Mapping[str, list[MixClass]],
+                       names: Iterable[str] | None = None) -> dict[str, float]:
+    """FGD's fragmentation of each node (all, or ``names``) in device milli (1000 = a whole device), summed over
+    backends. A node's fragmentation depends on that node alone, so a move changes only its two nodes'."""
+    nodes = [engine.nodes[n] for n in sorted(engine.nodes if names is None else set(names))]
+    out = dict.fromkeys((s.name for s in nodes), 0.0)
     host = np.array([[s.host_total[0] - s.host_used[0], s.host_total[1] - s.host_used[1]] for s in nodes],
                     dtype=float).reshape(len(nodes), 2)
     for backend, classes in mix.items():
@@ -39,8 +41,15 @@ def cluster_fragmentation(engine: Engine, mix: Mapping[str, list[MixClass]]) -> 
         if not types or not classes:
             continue
         dev = DeviceArrays.build(per_node, {t: i for i, t in enumerate(types)}, host)
-        total += float(fragmentation(dev, Mix(classes, types)).sum())
-    return total
+        for state, value in zip(nodes, fragmentation(dev, Mix(classes, types)).tolist(), strict=True):
+            out[state.name] += value
+    return out
+
+
+def cluster_fragmentation(engine: Engine, mix: Mapping[str, list[MixClass]],
+                          names: Iterable[str] | None = None) -> float:
+    """The sum of :func:`node_fragmentation`."""
+    return sum(node_fragmentation(engine, mix, names).values())
 
 
 def idle_devices(engine: Engine) -> int:
