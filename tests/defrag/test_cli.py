@@ -100,3 +100,9 @@ def test_eviction_refused_under_two_pdbs() -> None:
     with pytest.raises(ConflictError, match="more than one PodDisruptionBudget"):
         cluster.evict_pod("ml", "a", "uid-a")
     assert ("ml", "a") in cluster.pods
+
+
+def test_apply_yes_evicts_the_planned_pod(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = write(tmp_path, objects())
+    assert cli.main(["defrag", "apply", "--cluster-file", str(path), "--max-percent", "100", "--yes"]) == 0
+    assert "evicted 1 pod(s)" in capsys.readouterr().out

@@ -432,6 +432,7 @@ def test_rbac_derivation_sees_the_client_calls() -> None:
     methods = _kube_methods()
     assert methods["bind"] == {("pods/binding", "create")}
     assert methods["event"] == {("events", "create")}  # queued; the recorder's thread posts it
+    assert methods["evict_pod"] == {("pods/eviction", "create")}  # hami defrag apply, in no chart role
     assert ("pods", "watch") in methods["watch"]
     assert methods["watch_resource_quotas"] == {("resourcequotas", "list"), ("resourcequotas", "watch")}
     assert methods["create_resource_slice"] == {("resourceslices", "create")}
