@@ -78,8 +78,9 @@ def model_name(name: str) -> str:
     return name if name.startswith("NVIDIA") else f"NVIDIA-{name}"
 
 
-def load_devices_file(path: str | os.PathLike[str]) -> list[Gpu]:
-    """Fake GPUs from YAML (``devices:`` list or a bare list); raises ``ValueError`` naming the problem."""
+def devices_file_items(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The device entries of a devices file (``devices:`` list or a bare list), each a mapping with a ``uuid``;
+    raises ``ValueError`` naming the file and the device."""
     try:
         data = load_yaml(read_text(path, "devices file", max_bytes=MAX_CONFIG_BYTES), f"devices file {path}")
     except YamlInputError as exc:
@@ -87,10 +88,16 @@ def load_devices_file(path: str | os.PathLike[str]) -> list[Gpu]:
     items = data.get("devices") if isinstance(data, dict) else data
     if not isinstance(items, list):
         raise ValueError(f"devices file {path}: expected a list under 'devices:'")
-    gpus = []
     for i, item in enumerate(items):
         if not isinstance(item, dict) or not item.get("uuid"):
             raise ValueError(f"devices file {path}: device {i} needs at least a uuid")
+    return items
+
+
+def load_devices_file(path: str | os.PathLike[str]) -> list[Gpu]:
+    """Fake GPUs from YAML (``devices:`` list or a bare list); raises ``ValueError`` naming the problem."""
+    gpus = []
+    for i, item in enumerate(devices_file_items(path)):
         try:
             gpus.append(Gpu(uuid=str(item["uuid"]), index=int(item.get("index", i)),
                             model=model_name(str(item.get("model", "NVIDIA-Fake"))),

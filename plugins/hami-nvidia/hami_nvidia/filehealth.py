@@ -13,12 +13,12 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 
 from hami_core.plugins.errors import WireFormatError
 from hami_core.plugins.types import DeviceInfo
-from hami_core.plugins.yamlload import MAX_CONFIG_BYTES, YamlInputError, load_yaml, read_text
 from hami_core.wire.common import parse_go_bool
+from hami_nvidia.detect import devices_file_items
 
 __all__ = ["POLL_S", "DevicesFileHealth", "file_health"]
 
@@ -30,17 +30,8 @@ POLL_S = 1.0
 def file_health(path: str | os.PathLike[str]) -> dict[str, bool]:
     """``{uuid: healthy}`` for every device of the devices file (``health`` defaults to true); ``ValueError``
     naming the file, the device and the field otherwise."""
-    try:
-        data = load_yaml(read_text(path, "devices file", max_bytes=MAX_CONFIG_BYTES), f"devices file {path}")
-    except YamlInputError as exc:
-        raise ValueError(str(exc)) from None
-    items = data.get("devices") if isinstance(data, dict) else data
-    if not isinstance(items, list):
-        raise ValueError(f"devices file {path}: expected a list under 'devices:'")
     out: dict[str, bool] = {}
-    for i, item in enumerate(items):
-        if not isinstance(item, Mapping) or not item.get("uuid"):
-            raise ValueError(f"devices file {path}: device {i} needs at least a uuid")
+    for i, item in enumerate(devices_file_items(path)):
         value = item.get("health", True)
         if isinstance(value, str):
             try:
