@@ -23,6 +23,7 @@ import tempfile
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -198,7 +199,7 @@ class DraKubeletSim:
             with self._lock:
                 self.state.prepared[uid] = PreparedRecord(namespace, name, uid, meta["uid"],
                                                           [i for d in result.devices for i in d.cdi_device_ids])
-        now = "2026-01-01T00:00:00Z"
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         self.core.patch_namespaced_pod_status(meta["name"], meta["namespace"], {"status": {
             "phase": "Running", "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": now}]}},
             _preload_content=False)
