@@ -25,7 +25,7 @@ nodes of 8 cards and 134 pods on this machine): fine for a live cluster, not tun
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,9 +98,30 @@ def _idle_on(engine: Engine, node: str) -> int:
     return sum(1 for d in engine.nodes[node].by_uuid.values() if d.health and d.used == 0)
 
 
-class _Search:
-    def __init__(self, engine: Engine, pods: dict[str, Mapping[str, Any]], mix: Mapping[str, list[MixClass]]) -> None:
+def _device_share(d: Any) -> float:
+    """A device's used share (0..1): the larger of its memory and cores occupancy."""
+    mem = d.usedmem / d.totalmem if d.totalmem else 0.0
+    cores = d.usedcores / d.totalcore if d.totalcore else 0.0
+    return max(mem, cores)
+
+
+class MoveSearch:
+    """The planner's trials on ``engine``. ``restore(key)`` books a pod back where it was (default: from the
+    allocation its annotations hold); ``targets(key, source)`` lists the nodes a pod may go to (default: every other
+    node); ``max_groups``: only the groups on that many least used devices are tried each round (the cheapest to
+    free; ``None``: every group)."""
+
+    def __init__(self, engine: Engine, pods: Mapping[str, Mapping[str, Any]], mix: Mapping[str, list[MixClass]], *,
+                 restore: Callable[[str], None] | None = None,
+                 targets: Callable[[str, str], list[str]] | None = None, max_groups: int | None = None) -> None:
         self.engine, self.pods, self.mix = engine, pods, mix
+        self.restore = restore or self._rebook
+        self.targets = targets or (lambda _key, source: [n for n in sorted(self.engine.nodes) if n != source])
+        self.max_groups = max_groups
+
+    def _rebook(self, key: str) -> None:
+        self.engine.unreserve(self.pods[key])
+        self.engine.upsert_pod(self.pods[key])  # books the allocation its annotations hold
 
     def frag(self, names: Sequence[str] | None = None) -> float:
         return cluster_fragmentation(self.engine, self.mix, names)
@@ -108,27 +129,29 @@ class _Search:
     def groups(self) -> list[tuple[str, list[str]]]:
         """(node, pod keys) booked on each partly used device, one group per distinct set."""
         seen: set[tuple[str, ...]] = set()
-        out: list[tuple[str, list[str]]] = []
+        out: list[tuple[float, str, list[str]]] = []
         for node in sorted(self.engine.nodes):
             by_dev: dict[str, list[str]] = {}
             for b in self.engine.ledger.on_node(node):
                 for devs in b.devices.values():
                     for d in devs:
                         by_dev.setdefault(d.uuid, []).append(b.key)
-            for keys in by_dev.values():
+            usage = self.engine.nodes[node].by_uuid
+            for uuid, keys in by_dev.items():
                 group = tuple(sorted(set(keys)))
                 if group not in seen:
                     seen.add(group)
-                    out.append((node, list(group)))
-        return out
+                    out.append((_device_share(usage[uuid]) if uuid in usage else 1.0, node, list(group)))
+        if self.max_groups is not None:  # the least used devices first: the fewest milli to move to free one
+            out = sorted(out, key=lambda g: (g[0], g[1], g[2]))[:self.max_groups]
+        return [(node, keys) for _, node, keys in out]
 
     def place(self, key: str, source: str) -> str | None:
         """Unbook the pod and book it on the other node leaving the least fragmentation; ``None``: nowhere fits
         (the pod is then unbooked: the caller undoes)."""
         pod = self.pods[key]
         self.engine.unreserve(pod)
-        others = [n for n in sorted(self.engine.nodes) if n != source]
-        decision = self.engine.schedule(pod, others)
+        decision = self.engine.schedule(pod, self.targets(key, source))
         # a target is judged by the idle cards it takes (none is best: the move then frees one), then by how much
         # its fragmentation grows, then by the policy's order
         best: tuple[int, float, int, str] | None = None
@@ -148,8 +171,7 @@ class _Search:
 
     def undo(self, keys: Sequence[str]) -> None:
         for key in keys:
-            self.engine.unreserve(self.pods[key])
-            self.engine.upsert_pod(self.pods[key])  # books the allocation its annotations hold
+            self.restore(key)
 
     def try_group(self, source: str, keys: list[str]) -> list[tuple[str, str]] | None:
         """Move the group; returns (key, target) per pod, or ``None`` (undone) when one pod fits nowhere."""
@@ -175,7 +197,7 @@ def plan_defrag(engine: Engine, nodes: Sequence[Mapping[str, Any]], pods: Sequen
     for pod in running.values():
         engine.upsert_pod(pod)
     mix = workload_mix(engine, running.values())
-    search = _Search(engine, running, mix)
+    search = MoveSearch(engine, running, mix)
     pdb = DisruptionBudgets(pdbs)
     skipped: dict[str, str] = {}
     for key, pod in running.items():
@@ -190,13 +212,32 @@ def plan_defrag(engine: Engine, nodes: Sequence[Mapping[str, Any]], pods: Sequen
     idle0, frag0 = idle_devices(engine), search.frag()
     moves: list[Move] = []
     moved: set[str] = set()
-    while len(moves) < allowed:
+    for key, source, target in greedy_moves(search, running, movable, allowed, pdb):
+        pod = running[key]
+        moves.append(Move(pod_ref(pod), str((pod.get("metadata") or {}).get("uid") or ""),
+                          controller_owner(pod) or "", source, target))
+        moved.add(key)
+    for key in sorted(movable - moved):
+        reason = pdb.why_not([running[key]])
+        if reason:
+            skipped[pod_ref(running[key])] = reason
+    return Plan(tuple(moves), allowed, len(running), idle0, idle_devices(engine), frag0, search.frag(), skipped)
+
+
+def greedy_moves(search: MoveSearch, running: Mapping[str, Mapping[str, Any]], movable: set[str], allowed: int,
+                 pdb: DisruptionBudgets | None = None) -> list[tuple[str, str, str]]:
+    """The greedy rounds (module docstring) on ``search``'s engine, which is left with the moves booked: (pod key,
+    from node, to node) for each, in order, at most ``allowed``."""
+    engine, mix = search.engine, search.mix
+    out: list[tuple[str, str, str]] = []
+    moved: set[str] = set()
+    while len(out) < allowed:
         idle = idle_devices(engine)
         base = node_fragmentation(engine, mix)  # a move changes only its nodes' fragmentation
         best: tuple[tuple[float, float], str, list[str]] | None = None
         for source, keys in search.groups():
-            if (not set(keys) <= movable or set(keys) & moved or len(moves) + len(keys) > allowed
-                    or pdb.why_not([running[k] for k in keys]) is not None):
+            if (not set(keys) <= movable or set(keys) & moved or len(out) + len(keys) > allowed
+                    or (pdb is not None and pdb.why_not([running[k] for k in keys]) is not None)):
                 continue
             done = search.try_group(source, keys)
             if done is None:
@@ -212,14 +253,9 @@ def plan_defrag(engine: Engine, nodes: Sequence[Mapping[str, Any]], pods: Sequen
         _, source, keys = best
         done = search.try_group(source, keys)
         assert done is not None  # the same fits on the same state
-        pdb.spend([running[k] for k in keys])
+        if pdb is not None:
+            pdb.spend([running[k] for k in keys])
         for key, target in done:
-            pod = running[key]
-            moves.append(Move(pod_ref(pod), str((pod.get("metadata") or {}).get("uid") or ""),
-                              controller_owner(pod) or "", source, target))
+            out.append((key, source, target))
             moved.add(key)
-    for key in sorted(movable - moved):
-        reason = pdb.why_not([running[key]])
-        if reason:
-            skipped[pod_ref(running[key])] = reason
-    return Plan(tuple(moves), allowed, len(running), idle0, idle_devices(engine), frag0, search.frag(), skipped)
+    return out

@@ -29,6 +29,7 @@ from hami_core.engine.facade import Engine
 from hami_core.plugins.helpers import pydantic_error
 from hami_core.plugins.manager import get_plugin_manager
 from hami_core.sim import openb
+from hami_core.sim.defrag import DefragSpec
 from hami_core.sim.dra import ALLOCATORS, DRA_LABEL
 from hami_core.sim.experiment import (
     MAX_RUNS,
@@ -153,6 +154,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "choice: the fewest lower-priority pods whose devices it needs are evicted (not "
                           "resubmitted). Priorities: spec.priority or priorityClassName (PriorityClass objects in the "
                           "workload file), or the openb trace's qos column (LS, Guaranteed 2000; Burstable 1000; BE 0)")
+    run.add_argument("--defrag", metavar="AT",
+                     help="run the defragmenter (hami defrag) inside each run: a comma list of points, each a "
+                          "percentage of arrived GPU demand at which the planner runs and its moves are applied "
+                          "(70,80,90), or pending: whenever a pod fits nowhere, move the fewest pods that make it fit "
+                          "(their replacements placed through the engine). See docs/defrag.md, In the simulator")
+    run.add_argument("--defrag-percent", type=float, default=5.0, metavar="K",
+                     help="the defragmenter's budget for the whole run: moves never exceed K %% of the pods holding "
+                          "devices at the time (default 5)")
     run.add_argument("--allocator", choices=ALLOCATORS, default="hami",
                      help="who places the pods: hami (the default: HAMi's extender with the node and GPU policies) "
                           "or dra (kube-scheduler's DRA allocator with consumable capacity: the pods translated to "
@@ -188,6 +197,7 @@ def _check_dra(args: argparse.Namespace) -> None:
     """``--allocator dra`` runs no HAMi policy: refuse the flags that would choose or tune one."""
     given = [flag for flag, value in (("--policy", args.policy), ("--node-policy", args.node_policy),
                                       ("--gpu-policy", args.gpu_policy), ("--preemption", args.preemption),
+                                      ("--defrag", args.defrag),
                                       ("--explain", args.explain)) if value]
     if args.fgd_mix != "online":
         given.append(f"--fgd-mix {args.fgd_mix}")
@@ -310,6 +320,7 @@ def run(args: argparse.Namespace) -> int:
         if len(seeds) * len(policies) > MAX_RUNS and not args.force:
             raise PolicyError(f"--seeds {args.seeds} x --policy: {len(seeds) * len(policies)} runs, more than "
                               f"{MAX_RUNS} (--force allows more)")
+    defrag = DefragSpec.parse(args.defrag, args.defrag_percent) if args.defrag else None
     config, nodes, quotas, tasks, inputs = _inputs(args, config, plugins)
     if args.allocator == "dra" and quotas:
         raise PolicyError(f"--allocator dra: {inputs['cluster']} has ResourceQuotas, which limit HAMi's device "
@@ -318,12 +329,14 @@ def run(args: argparse.Namespace) -> int:
     inputs["allocator"] = args.allocator
     inputs.update(mode=mode, seeds=seeds, inflate=args.inflate if mode == "openb" else None,
                   policies=[p.label for p in policies], fgd_mix=args.fgd_mix, cpu_pods=args.cpu_pods,
-                  preemption=args.preemption,
+                  preemption=args.preemption, defrag=defrag.label() if defrag else None,
+                  defrag_percent=defrag.percent if defrag else None,
                   protocol=args.protocol if mode == "openb" else None)
     single = seeds is None and len(policies) == 1 and len(tasks) <= DETAIL_LIMIT
     experiment = Experiment(config, plugins, nodes, tasks, policies, seeds=seeds, inflate=args.inflate,
                             keep_placements=single, quotas=quotas, fgd_mix=args.fgd_mix,
-                            protocol=args.protocol, cpu_pods=args.cpu_pods, preemption=args.preemption)
+                            protocol=args.protocol, cpu_pods=args.cpu_pods, preemption=args.preemption,
+                            defrag=defrag)
     if args.explain:
         from hami_core.engine.explainview import print_explanation
         from hami_core.sim.explain import explain_arrival
@@ -371,6 +384,7 @@ def run(args: argparse.Namespace) -> int:
               + ("   protocol: the FGD paper's" if args.protocol == "paper" else "")
               + ("   CPU-only pods: least allocated" if args.cpu_pods != "policy" else "")
               + ("   preemption: on" if args.preemption else "")
+              + (f"   defrag: {defrag.label()} (budget {defrag.percent:g} % of pods)" if defrag else "")
               + ("   allocator: kube-scheduler's DRA (first fit)" if args.allocator == "dra" else ""))
     if single and runs[0].engine is not None:
         print_single(console, runs[0].engine, runs[0], header)

@@ -135,6 +135,8 @@ class Experiment:
     cpu_pods: str = "policy"
     #: ``--preemption``: a pod that fits nowhere evicts the fewest lower-priority pods whose devices it needs
     preemption: bool = False
+    #: ``--defrag``: when the defragmenter runs and its budget (:class:`~hami_core.sim.defrag.DefragSpec`)
+    defrag: Any = None
 
     def __post_init__(self) -> None:
         if self.protocol not in PROTOCOLS:
@@ -196,9 +198,14 @@ class Experiment:
             from hami_core.sim.dra import DraReplay
 
             replay_class = DraReplay
+        extra: dict[str, Any] = {}
+        if self.defrag is not None:  # the replay with the defragmenter in it (hami_core.sim.defrag)
+            from hami_core.sim.defrag import DefragReplay
+
+            replay_class, extra = DefragReplay, {"defrag": self.defrag}
         replay = replay_class(self.engine(policy, mix), self.nodes_for(seed), policy=policy.label, seed=seed,
                               keep_placements=self.keep_placements, cpu_pods=self.cpu_pods,
-                              preemption=self.preemption)
+                              preemption=self.preemption, **extra)
         cache = task_lists if task_lists is not None else {}
         if seed not in cache:
             cache[seed] = self.task_list(seed, replay.result.capacity_milli)
@@ -324,4 +331,9 @@ def summarize(runs: Sequence[RunResult]) -> dict[str, dict[str, Any]]:
             "wall_s": _stats([r.wall_s for r in rs])["mean"],
             "decisions_per_s": _stats([r.decisions_per_s for r in rs])["mean"],
         }
+        moved = [r.defrag for r in rs if r.defrag is not None and r.defrag.get("moves_at_100") is not None]
+        if moved:  # --defrag: moves made by 100 % arrived demand, and as a share of the pods running then
+            out[policy]["defrag_moves_at_100"] = _stats([float(d["moves_at_100"]) for d in moved])["mean"]
+            out[policy]["defrag_moved_percent_at_100"] = _stats([d["moved_percent_at_100"] or 0.0
+                                                                 for d in moved])["mean"]
     return out

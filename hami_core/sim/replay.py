@@ -84,6 +84,8 @@ class RunResult:
     preemptions: int = 0
     evicted: int = 0
     evicted_milli: int = 0
+    #: ``--defrag``: what the defragmenter did (hami_core.sim.defrag.DefragStats.as_json)
+    defrag: dict[str, Any] | None = None
 
     @property
     def final_ratio(self) -> float:

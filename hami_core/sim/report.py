@@ -116,6 +116,11 @@ def summary_table(runs: Sequence[RunResult], *, paper: Mapping[str, float] | Non
                           "end; frag: FGD fragmentation, % of capacity")
     cols = ["policy", "runs", "alloc @100%", "alloc final", "frag @100%", "placed", "failed", "top failures",
             "s/run", "dec/s"]
+    defrag = any("defrag_moves_at_100" in s for s in summary.values())
+    if defrag:  # --defrag: the moves made by 100 % arrived demand
+        cols[3:3] = ["moved @100%"]
+        table.caption = (table.caption or "") + "; moved: pods the defragmenter moved by 100 % arrived demand, " \
+            "% of the pods holding devices then"
     if bounds is not None:  # the ceiling next to each policy: the same seeds' bound, and how far below it
         cols[3:3] = ["ceiling", "gap"]
         methods = sorted({b.method for b in bounds})
@@ -143,6 +148,8 @@ def summary_table(runs: Sequence[RunResult], *, paper: Mapping[str, float] | Non
         cells = [label, str(s["runs"]), at100, _pct(s["final_gpu_allocation_ratio"]),
                  _pct(s["fragmentation_ratio_at_100"]), placed, f"{s['failed']:.0f}", top,
                  f"{s['wall_s']:.1f}", f"{s['decisions_per_s']:.0f}"]
+        if defrag:
+            cells[3:3] = [f"{s.get('defrag_moves_at_100', 0):.0f} ({s.get('defrag_moved_percent_at_100', 0):.2f}%)"]
         if bounds is not None:
             bound, gap = ceiling(by_policy[label], bounds)
             cells[3:3] = [_pct(bound), "-" if gap is None else f"{gap:.2f}"]
@@ -180,6 +187,8 @@ def run_json(run: RunResult, policy: Policy | None) -> dict[str, Any]:
     }
     if run.quotas:
         out["resource_quotas"] = run.quotas
+    if run.defrag is not None:
+        out["defrag"] = run.defrag
     if run.placements:
         out["placements"] = [{"pod": p.pod, "node": p.node, "reason": p.reason or None,
                               "skipped": bool(p.decision and p.decision.skipped),

@@ -1,0 +1,356 @@
+"""``hami simulate --defrag``: the defragmenter run inside a replay, and what it moved.
+
+Two triggers, given as ``--defrag AT`` (a comma list, see :class:`DefragSpec`):
+
+* ``pending``: when a pod that asks for devices fits nowhere, make room for it at once (KAI scheduler's
+  *consolidation*): on the nodes closest to fitting it (the fewest device milli short on the cards it would take),
+  the engine's preemption search (:func:`hami_core.engine.preempt.choose_victims`) finds the fewest pods whose
+  removal lets it fit; they are evicted, the pod is placed, and each evicted pod's replacement is placed through the
+  engine's own fit and policy, as its owner's replacement would be. If a replacement fits nowhere the whole step is
+  undone and the next node is tried: a move never loses a pod and never over-allocates a device (every booking is a
+  decision of the engine's fit). This is the trigger that raises the allocation at 100 % arrived demand: the
+  protocol never retries a pod that failed, so room made *before* a pod arrives helps only if a later pod happens
+  to need it, while room made *for* the pod that would fail is used at once.
+* a percent (``70``): when the arrived GPU demand reaches that share of the capacity, run the planner of
+  :mod:`hami_core.defrag.planner` on the replay's engine (whole devices freed, then FGD fragmentation cut), restricted
+  to the least used devices so that it scales to the openb cluster, and apply its moves.
+
+The budget (``--defrag-percent K``, default 5) is for the whole run: the moves made so far never exceed K % of the
+pods that hold devices at that moment (rounded down), so at 100 % arrived demand at most K % of the running pods
+have been moved. A pod labelled ``hami.io/defrag: "false"`` is never moved; in the simulator every other pod is
+taken to have a controller that recreates it (the openb traces name none), and there are no PodDisruptionBudgets.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from hami_core.defrag.planner import Budget
+from hami_core.defrag.safety import pinned
+from hami_core.engine.decision import Decision
+from hami_core.engine.pods import pod_key
+from hami_core.engine.preempt import without
+from hami_core.plugins.errors import AdmissionDenied, AdmissionFailed
+from hami_core.sim.experiment import PolicyError
+from hami_core.sim.fragmentation import FULL
+from hami_core.sim.replay import INSUFFICIENT_CPU_MEMORY, Placed, Replay
+from hami_core.sim.workload import SimPod
+
+PENDING = "pending"
+#: ``pending``: nodes on which a victim set is worked out, the fewest milli short of fitting the pod first
+PENDING_NODES = 48
+#: ... at most this many pods per card (the fewest that cover what the card is short)
+PENDING_VICTIMS = 6
+#: ... and the sets with the fewest victims are tried (fitted by the engine, replacements placed) on this many nodes
+PENDING_TRIES = 12
+
+
+class DefragError(PolicyError):
+    """A ``--defrag`` or ``--defrag-percent`` value that cannot be used."""
+
+
+@dataclass(frozen=True, slots=True)
+class DefragSpec:
+    """When the defragmenter runs (``points``: arrived-demand percents; ``pending``: for each pod that fits
+    nowhere) and its budget (``percent`` of the running pods that hold devices, over the whole run)."""
+
+    points: tuple[float, ...] = ()
+    pending: bool = False
+    percent: float = 5.0
+
+    @classmethod
+    def parse(cls, text: str, percent: float = 5.0) -> DefragSpec:
+        """``70,80,90``, ``pending`` or both (``pending,90``)."""
+        if not math.isfinite(percent) or not 0 <= percent <= 100:
+            raise DefragError(f"--defrag-percent: expected a percentage from 0 to 100, got {percent:g}")
+        points: list[float] = []
+        pending = False
+        for item in (s.strip() for s in text.split(",")):
+            if not item:
+                continue
+            if item == PENDING:
+                pending = True
+                continue
+            try:
+                value = float(item)
+            except ValueError:
+                raise DefragError(f"--defrag {text}: {item!r} is neither a percentage of arrived demand nor "
+                                  f"{PENDING!r}") from None
+            if not math.isfinite(value) or not 0 < value <= 1000:
+                raise DefragError(f"--defrag {text}: {item} is not a percentage of arrived demand above 0")
+            points.append(value)
+        if not points and not pending:
+            raise DefragError(f"--defrag {text!r}: no point given")
+        return cls(tuple(sorted(set(points))), pending, percent)
+
+    def label(self) -> str:
+        parts = ([PENDING] if self.pending else []) + [f"{p:g}" for p in self.points]
+        return ",".join(parts)
+
+
+@dataclass(slots=True)
+class DefragStats:
+    """What the defragmenter did in one run."""
+
+    moves: int = 0
+    #: pods that fitted nowhere and were placed after moves (``pending``)
+    rescued: int = 0
+    attempts: int = 0
+    #: at 100 % arrived demand: moves made so far, and the pods holding devices then
+    moves_at_100: int | None = None
+    running_at_100: int | None = None
+    #: per point: (arrived %, moves, whole devices freed)
+    points: list[tuple[float, int, int]] = field(default_factory=list)
+    #: ``pending`` attempts that moved nothing, by why
+    misses: Counter[str] = field(default_factory=Counter)
+    wall_s: float = 0.0
+
+    @property
+    def moved_percent_at_100(self) -> float | None:
+        if self.moves_at_100 is None or not self.running_at_100:
+            return None
+        return 100.0 * self.moves_at_100 / self.running_at_100
+
+    def as_json(self, spec: DefragSpec) -> dict[str, Any]:
+        pct = self.moved_percent_at_100
+        return {"at": spec.label(), "budget_percent": spec.percent, "moves": self.moves, "rescued": self.rescued,
+                "attempts": self.attempts, "moves_at_100": self.moves_at_100, "running_at_100": self.running_at_100,
+                "moved_percent_at_100": None if pct is None else round(pct, 3),
+                "points": [{"arrived": a, "moves": m, "gpus_freed": g} for a, m, g in self.points],
+                "misses": dict(sorted(self.misses.items())),
+                "wall_s": round(self.wall_s, 3)}
+
+
+class DefragReplay(Replay):
+    """A :class:`Replay` that runs the defragmenter as :class:`DefragSpec` says."""
+
+    def __init__(self, *args: Any, defrag: DefragSpec, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.spec = defrag
+        self.stats = DefragStats()
+        self.result.defrag = self.stats.as_json(defrag)
+        self._points = list(defrag.points)
+        #: pod shapes (class, CPU, memory) no move could help since the last move
+        self._hopeless: set[tuple[Any, int, int]] = set()
+
+    # ------------------------------------------------------------------------------------ budget
+    def moves_left(self) -> int:
+        return Budget(self.spec.percent).moves(len(self.live)) - self.stats.moves
+
+    def movable(self, key: str) -> bool:
+        return key in self.live and not pinned(self.live[key][1])
+
+    # ------------------------------------------------------------------------------------ the replay's hooks
+    def place(self, task: SimPod) -> Placed:
+        placed = super().place(task)
+        r = self.result
+        arrived = 100.0 * r.arrived_milli / r.capacity_milli if r.capacity_milli else 0.0
+        if self.stats.moves_at_100 is None and arrived >= 100.0:
+            self.stats.moves_at_100, self.stats.running_at_100 = self.stats.moves, len(self.live)
+        while self._points and arrived >= self._points[0]:
+            point = self._points.pop(0)
+            t0 = time.perf_counter()
+            from hami_core.sim.defrag_points import run_planner
+
+            # each point gets an equal share of what is left of the budget (the later points' shares stay)
+            moved, freed = run_planner(self, self.moves_left() // (len(self._points) + 1))
+            self.stats.moves += moved
+            if moved:
+                self._hopeless.clear()
+            self.stats.points.append((point, moved, freed))
+            self.stats.wall_s += time.perf_counter() - t0
+        r.defrag = self.stats.as_json(self.spec)
+        return placed
+
+    def _place(self, task: SimPod) -> Placed:
+        placed = super()._place(task)
+        if (placed.node is None and self.spec.pending and task.gpu_demand > 0 and placed.decision is not None
+                and not placed.decision.skipped and not placed.decision.error
+                and placed.reason != INSUFFICIENT_CPU_MEMORY and self.moves_left() > 0):
+            t0 = time.perf_counter()
+            self.stats.attempts += 1
+            rescued = self._consolidate(task)
+            self.stats.wall_s += time.perf_counter() - t0
+            if rescued is not None:
+                self.stats.rescued += 1
+                return rescued
+        return placed
+
+    # ------------------------------------------------------------------------------------ moving pods
+    def evict(self, key: str) -> tuple[SimPod, Mapping[str, Any], str, Placed]:
+        """Unbook a placed pod (its CPU and memory too); returns what :meth:`restore` needs."""
+        entry = self.live.pop(key)
+        task, pod, node, _ = entry
+        self.engine.unreserve(pod)
+        i = self.row[node]
+        self.cpu_free[i] += task.cpu_milli
+        self.mem_free[i] += task.memory_mib
+        self._reshare(node)
+        return entry
+
+    def book(self, task: SimPod, pod: Mapping[str, Any], decision: Decision, placed: Placed) -> None:
+        assert decision.node is not None
+        self.engine.reserve(pod, decision)
+        self.engine.mark_placed(pod)
+        placed.node, placed.decision = decision.node, decision
+        self.live[pod_key(pod)] = (task, pod, decision.node, placed)
+        self._consume(decision.node, task)
+        self._reshare(decision.node)
+
+    def restore(self, entry: tuple[SimPod, Mapping[str, Any], str, Placed], decision: Decision) -> None:
+        """Put an evicted pod back exactly where it was (``decision``: its original one)."""
+        task, pod, _, placed = entry
+        self.book(task, pod, decision, placed)
+
+    def replace_pod(self, task: SimPod, pod: Mapping[str, Any], placed: Placed) -> bool:
+        """Place an evicted pod's replacement through the engine, on any node with room for its CPU and memory."""
+        fits = (self.cpu_free >= task.cpu_milli) & (self.mem_free >= task.memory_mib)
+        candidates = list(self.names_arr[fits])
+        if not candidates:
+            return False
+        decision = self.engine.schedule(pod, candidates, limit=1)
+        if decision.node is None:
+            return False
+        self.book(task, pod, decision, placed)
+        return True
+
+    def move_all(self, keys: Sequence[str], first: tuple[SimPod, Mapping[str, Any], Decision] | None = None) -> bool:
+        """Evict ``keys``, place ``first`` (a pending pod, on its decision) if given, then every evicted pod's
+        replacement, largest first. All or nothing: when a replacement fits nowhere everything is put back."""
+        originals = {k: self.live[k][3].decision for k in keys}
+        evicted = [self.evict(k) for k in keys]
+        placed_first: Mapping[str, Any] | None = None
+        if first is not None:
+            task, pod, decision = first
+            decision = self.engine.schedule(pod, [decision.node or ""])  # fitted again on the emptied node
+            if not decision.ok:
+                self._undo(evicted, originals, [])
+                return False
+            self.book(task, pod, decision, Placed(task.name, decision.node, "", decision))
+            placed_first = pod
+        redone: list[str] = []
+        for entry in sorted(evicted, key=lambda e: (-e[0].gpu_demand, e[0].name)):
+            task, pod, _, placed = entry
+            if not self.replace_pod(task, pod, placed):
+                if placed_first is not None:
+                    self.evict(pod_key(placed_first))
+                self._undo(evicted, originals, redone)
+                return False
+            redone.append(pod_key(pod))
+        self.stats.moves += len(keys)
+        self._hopeless.clear()
+        return True
+
+    def _undo(self, evicted: Sequence[tuple[SimPod, Mapping[str, Any], str, Placed]],
+              originals: Mapping[str, Decision | None], redone: Sequence[str]) -> None:
+        for key in redone:
+            self.evict(key)
+        for entry in evicted:
+            decision = originals[pod_key(entry[1])]
+            assert decision is not None
+            self.restore(entry, decision)
+
+    # ------------------------------------------------------------------------------------ pending
+    def _consolidate(self, task: SimPod) -> Placed | None:
+        """Make room for ``task`` (which fits nowhere) by moving the fewest pods; the placement, or ``None``."""
+        shape = (task.klass, task.cpu_milli, task.memory_mib)
+        if shape in self._hopeless:
+            self.stats.misses["shape already found hopeless"] += 1
+            return None
+        try:
+            pod = self.engine.admit(task.pod)
+        except (AdmissionDenied, AdmissionFailed):
+            return None
+        left = self.moves_left()
+        options = []
+        for node, gaps in self._closest_nodes(task):
+            victims = self._victims(node, gaps, left)
+            if victims is not None:
+                options.append((len(victims), sum(self.live[k][0].gpu_demand for k in victims), node, victims))
+        if not options:
+            self.stats.misses["no movable pods make room"] += 1
+        for _, _, node, keys in sorted(options)[:PENDING_TRIES]:
+            with without(self.engine, keys):
+                decision = self.engine.schedule(pod, [node])
+            if not decision.ok:
+                self.stats.misses["the engine's fit refuses the freed node"] += 1
+                continue
+            if self.move_all(keys, (task, pod, decision)):
+                return self.live[pod_key(pod)][3]
+            self.stats.misses["a replacement fits nowhere"] += 1
+        # Usage only grows between moves (pods never leave), so a shape that no move helps now stays hopeless
+        # until a move changes the picture: not trying it again saves most of the cost once the cluster is full.
+        self._hopeless.add(shape)
+        return None
+
+    def _victims(self, node: str, gaps: Mapping[str, tuple[float, bool]], left: int) -> list[str] | None:
+        """The fewest movable pods whose shares on each card of ``gaps`` (card → milli short, whether its slots are
+        all taken) cover what is short there (one pod at least on a card without a free slot), fewest milli moved
+        among those; ``None``: none within ``left`` moves and :data:`PENDING_VICTIMS` per card."""
+        on_card: dict[str, list[tuple[str, float]]] = {}
+        for booking in self.engine.ledger.on_node(node):
+            if not self.movable(booking.key):
+                continue
+            share = float(self.live[booking.key][0].per_gpu)
+            for devs in booking.devices.values():
+                for d in devs:
+                    if d.uuid in gaps:
+                        on_card.setdefault(d.uuid, []).append((booking.key, share))
+        chosen: set[str] = set()
+        for uuid, (short, slot) in sorted(gaps.items()):
+            # pods already chosen for another card (a multi-card pod) count here too
+            mine = [(k, sh) for k, sh in on_card.get(uuid, ()) if k in chosen]
+            rest = [(k, sh) for k, sh in on_card.get(uuid, ()) if k not in chosen]
+            need = short - sum(sh for _, sh in mine)
+            if need <= 1e-9 and (mine or not slot):
+                continue
+            best: tuple[int, float, tuple[str, ...]] | None = None
+            for size in range(1, min(PENDING_VICTIMS, len(rest)) + 1):
+                for combo in itertools.combinations(rest, size):
+                    total = sum(sh for _, sh in combo)
+                    if total + 1e-9 >= need and (best is None or total < best[1]):
+                        best = (size, total, tuple(k for k, _ in combo))
+                if best is not None:
+                    break
+            if best is None:
+                return None
+            chosen.update(best[2])
+        if not chosen or len(chosen) > left:
+            return None
+        return sorted(chosen)
+
+    def _closest_nodes(self, task: SimPod) -> list[tuple[str, dict[str, tuple[float, bool]]]]:
+        """The :data:`PENDING_NODES` nodes with room for the pod's CPU and memory that are the fewest device milli
+        short of fitting it, with the cards it would take there (those short the least) and what each is short
+        (a card whose slots are all taken counts one milli more: one pod must go)."""
+        fits = (self.cpu_free >= task.cpu_milli) & (self.mem_free >= task.memory_mib)
+        models = tuple(m.upper() for m in task.models)
+        need, k = task.per_gpu, max(task.num_gpu, 1)
+        scored: list[tuple[float, str, dict[str, tuple[float, bool]]]] = []
+        for i in np.flatnonzero(fits):
+            short: list[tuple[float, str, float, bool]] = []
+            for d in self.devices[int(i)]:
+                if not d.health or (models and not any(m in d.type.upper() for m in models)):
+                    continue
+                milli, slot = max(need - (FULL - self.device_share(d)), 0.0), d.used >= d.count
+                short.append((milli + (1.0 if slot else 0.0), d.id, milli, slot))
+            if len(short) < k:
+                continue
+            short.sort()
+            best = short[:k]
+            total = sum(g for g, _, _, _ in best)
+            if total > 0:
+                scored.append((total, self.names[int(i)], {u: (m, sl) for _, u, m, sl in best}))
+        scored.sort(key=lambda s: (s[0], s[1]))
+        return [(name, gaps) for _, name, gaps in scored[:PENDING_NODES]]
+
+
+__all__ = ["PENDING", "DefragError", "DefragReplay", "DefragSpec", "DefragStats"]
