@@ -21,8 +21,10 @@ from hami_core.policies.fgd.score import quantised_score
 HALF = {"backend": "ACME", "cores": 50, "memory": 500}
 
 
-def _engine(make_engine: Any, workload: list[dict[str, Any]], steps: int | None = None) -> Any:
-    fgd: dict[str, Any] = {"workload": workload} if steps is None else {"workload": workload, "scoreSteps": steps}
+def _engine(make_engine: Any, workload: list[dict[str, Any]], steps: int | None = None, reserve: float = 1.0) -> Any:
+    fgd: dict[str, Any] = {"workload": workload, "reserve": reserve}
+    if steps is not None:
+        fgd["scoreSteps"] = steps
     engine = make_engine({"acme": {}, "scheduler": {"nodeSchedulerPolicy": "fgd", "gpuSchedulerPolicy": "binpack",
                                                     "fgd": fgd}})
     # t4: one card 30 % used; g2: one idle card. Both have room for half a card after a 10 % pod.
@@ -51,10 +53,12 @@ def test_typed_mix_keeps_the_needed_device_type_free(make_engine: Any) -> None:
     assert workload.steps == TYPED_SCORE_STEPS
     assert quantised_score(growth, workload.steps).tolist() == [50.0, 51.0]
     assert typed.schedule(pod, limit=1).node == "g2"  # t4's card stays free for the T4-only half
-    # an operator who sets scoreSteps gets exactly that: 25 steps tie the two, and packing picks t4
-    coarse = _engine(make_engine, typed_mix, steps=DEFAULT_SCORE_STEPS)
+    # an operator who sets scoreSteps gets exactly that: 25 steps tie the two, and packing picks t4 (with the
+    # reservation term off: the T4-only half claims the T4 card, which adds 100 to t4's growth, a step of 25)
+    coarse = _engine(make_engine, typed_mix, steps=DEFAULT_SCORE_STEPS, reserve=0)
     assert engine_state(coarse).model.snapshot().steps == DEFAULT_SCORE_STEPS
     assert coarse.schedule(pod, limit=1).node == "t4"
+    assert _engine(make_engine, typed_mix, steps=DEFAULT_SCORE_STEPS).schedule(pod, limit=1).node == "g2"
 
 
 def test_score_steps_of_a_mix() -> None:

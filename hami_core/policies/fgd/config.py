@@ -81,6 +81,10 @@ class FgdConfig(BaseModel):
     #: share the pod brings closest to the mix's ratio) or ``auto`` (balance; order for a mix with device-type
     #: constraints); see ``TIE_BREAKS``.
     ties: Literal["packing", "order", "balance", "auto"] = "auto"
+    #: Weight of the reservation term (:mod:`.scarcity`): a pod taking share of a device type that classes accepting
+    #: fewer types will ask for grows the score's fragmentation by this much per milli taken (1 = as if it all
+    #: became fragments); 0 turns it off. Only a mix with device-type constraints claims anything.
+    reserve: float = Field(1.0, ge=0, le=1000)
     #: A fixed mix; when given, online learning is off.
     workload: tuple[FgdClass, ...] = Field((), max_length=MAX_FGD_CLASSES)
 

@@ -53,6 +53,9 @@ class Workload:
     cache_mib: int = 256
     #: How nodes in one score step are ordered (:data:`TIE_BREAKS`).
     ties: str = "auto"
+    #: Weight of the reservation term (``scheduler.fgd.reserve``, :mod:`.scarcity`): growth per milli a pod takes
+    #: of a device type more constrained classes claim; 0 = off.
+    reserve: float = 1.0
 
     @property
     def steps(self) -> int:
@@ -115,7 +118,8 @@ class WorkloadModel:
 
     def __init__(self, window: int = 1000, *, tolerance: float = 0.02, coverage: float = 0.95,
                  fixed: Sequence[MixClass] | None = None,
-                 score_steps: int | None = None, cache_mib: int = 256, ties: str = "auto") -> None:
+                 score_steps: int | None = None, cache_mib: int = 256, ties: str = "auto",
+                 reserve: float = 1.0) -> None:
         if window <= 0:
             raise ValueError(f"window must be > 0, got {window}")
         if ties not in TIE_BREAKS:
@@ -131,11 +135,12 @@ class WorkloadModel:
         self.score_steps = score_steps
         self.cache_mib = cache_mib
         self.ties = ties
-        self._snapshot = Workload(0, score_steps=score_steps, cache_mib=cache_mib, ties=ties)
+        self.reserve = reserve
+        self._snapshot = Workload(0, score_steps=score_steps, cache_mib=cache_mib, ties=ties, reserve=reserve)
         if fixed:
             total = max(sum(c[1] for c in fixed), 1.0)
             self._snapshot = Workload(0, tuple((s, w / total, cpu, mem) for s, w, cpu, mem in fixed), score_steps,
-                                      cache_mib, ties)
+                                      cache_mib, ties, reserve)
 
     @property
     def learning(self) -> bool:
@@ -187,5 +192,5 @@ class WorkloadModel:
                 kept.append((k[0], w, float(k[1]), self._mem[k] / self._counts[k]))
             self._snapshot = Workload(self._snapshot.version + 1,
                                       tuple((s, w / covered, cpu, mem) for s, w, cpu, mem in kept), self.score_steps,
-                                      self.cache_mib, self.ties)
+                                      self.cache_mib, self.ties, self.reserve)
         return self._snapshot

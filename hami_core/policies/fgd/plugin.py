@@ -52,7 +52,7 @@ class FgdEngineState:
     def of(cls, config: FgdConfig) -> FgdEngineState:
         model = WorkloadModel(config.window, tolerance=config.tolerance, coverage=config.coverage,
                               fixed=config.fixed_mix(), score_steps=config.score_steps, cache_mib=config.cache_mib,
-                              ties=config.ties)
+                              ties=config.ties, reserve=config.reserve)
         return cls(config, model, model.snapshot())
 
 

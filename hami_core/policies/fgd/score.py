@@ -19,16 +19,20 @@ import numpy as np
 
 from hami_core.default_plugins.score import default_scores
 from hami_core.engine.pods import host_requests
-from hami_core.engine.workload import shape_share
+from hami_core.engine.workload import Shape, shape_share
 from hami_core.plugins.types import GpuPolicy, NodeBatch
 from hami_core.policies.fgd.growth import FgdState
 from hami_core.policies.fgd.mix import Workload
+from hami_core.policies.fgd.scarcity import Claims, claimed_penalty
 
-__all__ = ["CACHE_KEY", "INFEASIBLE", "TIE_SPAN", "balance_scores", "device_select", "node_scores", "order_scores",
-           "packing_scores", "quantised_score", "score_scale"]
+__all__ = ["CACHE_KEY", "CLAIMS_KEY", "INFEASIBLE", "TIE_SPAN", "balance_scores", "claimed_growth", "device_select",
+           "node_scores", "order_scores", "packing_scores", "quantised_score", "score_scale"]
 
 #: Where the growth caches live in ``NodeBatch.cache`` (the engine's plugin cache).
 CACHE_KEY = "fgd"
+
+#: Where :func:`claimed_growth` keeps each backend's claims in ``NodeBatch.cache``.
+CLAIMS_KEY = "fgd.claims"
 
 #: Score of a node where the pod's devices cannot go at all (the fit rejects it anyway).
 INFEASIBLE = -1e12
@@ -119,6 +123,8 @@ def node_scores(pod: Mapping[str, Any], batch: NodeBatch, policy: GpuPolicy, wor
         rows = np.arange(len(batch.nodes), dtype=np.intp)
         growth = state.compute(rows, rows.astype(np.int64) + 1, batch.nodes, tuple(batch.shapes), workload, select,
                                policy.weights, host)
+    if workload.reserve > 0 and workload.typed:
+        growth = growth + workload.reserve * claimed_growth(state, rows, tuple(batch.shapes), workload, batch.cache)
     if ties == "balance":
         shapes = tuple(batch.shapes)
         need = (float(host[0]), sum(s.nums * shape_share(s) for s in shapes))
@@ -128,6 +134,36 @@ def node_scores(pod: Mapping[str, Any], batch: NodeBatch, policy: GpuPolicy, wor
         if ratio > 0 and any(need):  # (else the stores may not hold these rows)
             tie += balance_scores(*state.free_resources(rows, shapes, workload), need, ratio) - 25.0
     return np.where(np.isfinite(growth), quantised_score(growth, workload.steps) * _BUCKET, INFEASIBLE) + tie
+
+
+def claimed_growth(state: FgdState, rows: np.ndarray, shapes: tuple[Shape, ...], workload: Workload,
+                   cache: dict[str, Any] | None = None) -> np.ndarray:
+    """Per row, the growth (milli) of the pod's ``shapes`` taking device types that more constrained classes claim
+    (:mod:`.scarcity`), from the row stores :meth:`FgdState.growth` refreshed. The claims are made on the free
+    share of each type over the batch's rows: the engine's batch is every node that can take pods. ``cache``
+    (the engine's plugin cache) keeps each backend's :class:`~.scarcity.Claims` while the mix stands."""
+    total = np.zeros(len(rows))
+    memo = cache.setdefault(CLAIMS_KEY, {}) if cache is not None else {}
+    for backend in sorted({s.backend for s in shapes if not s.deviceless}):
+        store = state.stores.get(backend)
+        if store is None or not len(rows):
+            continue
+        types = tuple(store.type_list())
+        claims = memo.get(backend)
+        if claims is None or claims[0] != (workload.version, types):
+            claims = memo[backend] = ((workload.version, types), Claims(workload.for_backend(backend), types))
+        if not claims[1].constrained:
+            continue
+        type_idx = store.type_idx[rows]
+        first = type_idx[:, :1]
+        if np.all((type_idx == first) | (type_idx < 0)):  # one type per node: its free share is the row's
+            free = np.bincount(first[:, 0][first[:, 0] >= 0], weights=store.free[rows][first[:, 0] >= 0],
+                               minlength=len(types))
+        else:
+            shares, valid = store.view(rows).free_share(), type_idx >= 0
+            free = np.bincount(type_idx[valid], weights=shares[valid], minlength=len(types))
+        total += claimed_penalty(claims[1], free, [s for s in shapes if s.backend == backend], type_idx)
+    return total
 
 
 def score_scale(workload: Workload | None) -> float:
