@@ -95,11 +95,12 @@ def _synthetic_trace(folder: Path) -> None:
                                                         ("paper", "paper", [])])
 def test_engine_fgd_with_the_papers_setup_matches_the_reference(tmp_path: Path, protocol: str, mix: str,
                                                                 ref_flags: list[str]) -> None:
-    """`hami simulate --fgd-mix trace` with `ties: order` and 100 score steps is the paper's FGD: on a synthetic
-    trace it reaches the same allocation as benchmarks/paper_fgd.py, seed by seed (on the openb gpuspec33 trace,
-    seed 42: 88.50 % against the reference's 88.54 %, docs/simulation.md). With `--protocol paper` both run the
-    same task lists on the same random node order; `--fgd-mix paper` renormalises the typical pods' weights to 1 as
-    the simulator's GetTypicalPods does, which the reference does unless given `--raw-weights`."""
+    """`hami simulate --fgd-mix trace` with `ties: order`, 100 score steps and no reservation term (`reserve: 0`) is
+    the paper's FGD: on a synthetic trace it reaches the same allocation as benchmarks/paper_fgd.py, seed by seed (on
+    the openb gpuspec33 trace, seed 42: 88.50 % against the reference's 88.54 %, docs/simulation.md). With
+    `--protocol paper` both run the same task lists on the same random node order; `--fgd-mix paper` renormalises the
+    typical pods' weights to 1 as the simulator's GetTypicalPods does, which the reference does unless given
+    `--raw-weights`."""
     _synthetic_trace(tmp_path)
     seeds = "1-6"
     ref = subprocess.run([sys.executable, str(RUN.parent / "paper_fgd.py"), str(tmp_path), "synthetic", "--seeds",
@@ -107,7 +108,7 @@ def test_engine_fgd_with_the_papers_setup_matches_the_reference(tmp_path: Path, 
                          timeout=300)
     expected = [float(line.split("= ")[1].split(" %")[0]) for line in ref.stdout.splitlines()[:6]]
     config = tmp_path / "paper.yaml"
-    config.write_text("scheduler:\n  fgd:\n    ties: order\n    scoreSteps: 100\n")
+    config.write_text("scheduler:\n  fgd:\n    ties: order\n    scoreSteps: 100\n    reserve: 0\n")
     hami = Path(sys.executable).parent / "hami"
     out = subprocess.run([str(hami), "simulate", "--trace-nodes", str(tmp_path / "openb_node_list_gpu_node.csv"),
                           "--trace-pods", str(tmp_path / "openb_pod_list_synthetic.csv"), "--policy", "fgd",

@@ -9,10 +9,12 @@ The layers, lowest first; a module imports its own layer and those below, never 
 2. ``wire``: hami_core.wire
 3. ``toolkit``: the rest of hami_core.plugins (fit, helpers, health, objects, standard, relay, manager, ...)
 4. ``engine``: hami_core.engine, hami_core.default_plugins, hami_core.policies
-5. ``cluster``: hami_core.cluster, hami_core.cmdline (what the components' commands share)
+5. ``cluster``: hami_core.cluster, hami_core.cmdline (what the components' commands share), hami_core.defrag (the
+   defragmenter's planner, shared by ``hami defrag`` and the simulator's ``--defrag``)
 6. ``component``: hami_core.scheduler, hami_core.node, hami_core.sim, hami_core.monitor, hami_core.dra; peers that do
    not import one another
-7. ``top``: hami_core.cli, hami_core.pluginreport, hami_core.explain, hami_core.devicesdoc, hami_core.testing
+7. ``top``: hami_core.cli, hami_core.pluginreport, hami_core.explain, hami_core.devicesdoc, hami_core.testing,
+   hami_core.defrag.cli
 
 Besides: nothing up to ``engine`` imports a network or Kubernetes library; importing any hami_core.scheduler
 module, or any vendor's entry-point module (the scheduler loads them all), never imports gRPC or NVML; a vendor
@@ -46,10 +48,10 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("wire", ("hami_core.wire",)),
     ("toolkit", ("hami_core.plugins",)),
     ("engine", ("hami_core.engine", "hami_core.default_plugins", "hami_core.policies")),
-    ("cluster", ("hami_core.cluster", "hami_core.cmdline")),
+    ("cluster", ("hami_core.cluster", "hami_core.cmdline", "hami_core.defrag")),
     ("component", ("hami_core.scheduler", "hami_core.node", "hami_core.sim", "hami_core.monitor", "hami_core.dra")),
     ("top", ("hami_core.cli", "hami_core.pluginreport", "hami_core.explain", "hami_core.devicesdoc",
-             "hami_core.testing", "hami_core.defrag")),
+             "hami_core.testing", "hami_core.defrag.cli")),
 )
 #: What ``hami_core/__init__.py`` exports lazily (``__getattr__``), and from where.
 ROOT_LAZY = {"Engine": "hami_core.engine.facade", "Decision": "hami_core.engine.facade",

@@ -27,30 +27,33 @@ import itertools
 import math
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from hami_core.defrag.planner import Budget
+from hami_core.defrag.measure import idle_devices, workload_mix
+from hami_core.defrag.planner import Budget, MoveSearch, greedy_moves
 from hami_core.defrag.safety import pinned
 from hami_core.engine.decision import Decision
-from hami_core.engine.pods import pod_key
+from hami_core.engine.pods import host_requests, pod_key
 from hami_core.engine.preempt import without
 from hami_core.plugins.errors import AdmissionDenied, AdmissionFailed
-from hami_core.sim.experiment import PolicyError
+from hami_core.sim.errors import PolicyError
 from hami_core.sim.fragmentation import FULL
 from hami_core.sim.replay import INSUFFICIENT_CPU_MEMORY, Placed, Replay
 from hami_core.sim.workload import SimPod
 
 PENDING = "pending"
 #: ``pending``: nodes on which a victim set is worked out, the fewest milli short of fitting the pod first
-PENDING_NODES = 48
+PENDING_NODES = 96
 #: ... at most this many pods per card (the fewest that cover what the card is short)
 PENDING_VICTIMS = 6
 #: ... and the sets with the fewest victims are tried (fitted by the engine, replacements placed) on this many nodes
 PENDING_TRIES = 12
+#: a percent point: groups (the pods of one device) the planner tries per round, those of the least used devices
+MAX_GROUPS = 8
 
 
 class DefragError(PolicyError):
@@ -140,6 +143,8 @@ class DefragReplay(Replay):
         self._points = list(defrag.points)
         #: pod shapes (class, CPU, memory) no move could help since the last move
         self._hopeless: set[tuple[Any, int, int]] = set()
+        #: within one attempt: whether a pod shape has somewhere to go
+        self._room: dict[tuple[Any, int, int], bool] = {}
 
     # ------------------------------------------------------------------------------------ budget
     def moves_left(self) -> int:
@@ -158,10 +163,8 @@ class DefragReplay(Replay):
         while self._points and arrived >= self._points[0]:
             point = self._points.pop(0)
             t0 = time.perf_counter()
-            from hami_core.sim.defrag_points import run_planner
-
             # each point gets an equal share of what is left of the budget (the later points' shares stay)
-            moved, freed = run_planner(self, self.moves_left() // (len(self._points) + 1))
+            moved, freed = self.run_planner(self.moves_left() // (len(self._points) + 1))
             self.stats.moves += moved
             if moved:
                 self._hopeless.clear()
@@ -222,16 +225,20 @@ class DefragReplay(Replay):
         self.book(task, pod, decision, placed)
         return True
 
-    def move_all(self, keys: Sequence[str], first: tuple[SimPod, Mapping[str, Any], Decision] | None = None) -> bool:
+    def move_all(self, keys: Sequence[str], first: tuple[SimPod, Mapping[str, Any], Decision] | None = None,
+                 accept: Callable[[Sequence[str]], bool] | None = None) -> bool:
         """Evict ``keys``, place ``first`` (a pending pod, on its decision) if given, then every evicted pod's
-        replacement, largest first. All or nothing: when a replacement fits nowhere everything is put back."""
+        replacement, largest first. All or nothing: when a replacement fits nowhere, or ``accept`` (given the moved
+        keys, once every replacement is placed) says no, everything is put back."""
         originals = {k: self.live[k][3].decision for k in keys}
         evicted = [self.evict(k) for k in keys]
         placed_first: Mapping[str, Any] | None = None
         if first is not None:
             task, pod, decision = first
             decision = self.engine.schedule(pod, [decision.node or ""])  # fitted again on the emptied node
-            if not decision.ok:
+            i = self.row.get(decision.node or "")
+            if (not decision.ok or i is None or self.cpu_free[i] < task.cpu_milli
+                    or self.mem_free[i] < task.memory_mib):
                 self._undo(evicted, originals, [])
                 return False
             self.book(task, pod, decision, Placed(task.name, decision.node, "", decision))
@@ -245,6 +252,11 @@ class DefragReplay(Replay):
                 self._undo(evicted, originals, redone)
                 return False
             redone.append(pod_key(pod))
+        if accept is not None and not accept(keys):
+            if placed_first is not None:
+                self.evict(pod_key(placed_first))
+            self._undo(evicted, originals, redone)
+            return False
         self.stats.moves += len(keys)
         self._hopeless.clear()
         return True
@@ -271,39 +283,114 @@ class DefragReplay(Replay):
             return None
         left = self.moves_left()
         options = []
+        self._room = {}
         for node, gaps in self._closest_nodes(task):
-            victims = self._victims(node, gaps, left)
+            victims = self._victims(task, node, gaps, left)
             if victims is not None:
                 options.append((len(victims), sum(self.live[k][0].gpu_demand for k in victims), node, victims))
         if not options:
             self.stats.misses["no movable pods make room"] += 1
-        for _, _, node, keys in sorted(options)[:PENDING_TRIES]:
-            with without(self.engine, keys):
-                decision = self.engine.schedule(pod, [node])
-            if not decision.ok:
-                self.stats.misses["the engine's fit refuses the freed node"] += 1
-                continue
-            if self.move_all(keys, (task, pod, decision)):
-                return self.live[pod_key(pod)][3]
-            self.stats.misses["a replacement fits nowhere"] += 1
+        models = tuple(m.upper() for m in task.models)
+        # A model-constrained pod's victims should not land on its models again (the next pod asking for them would
+        # need the same moves): such a step is kept only when no other option works.
+        accept = (lambda keys: not any(self._on_models(k, models) for k in keys)) if models else None
+        for check in ([accept, None] if accept is not None else [None]):
+            for _, _, node, keys in sorted(options)[:PENDING_TRIES]:
+                with without(self.engine, keys):
+                    decision = self.engine.schedule(pod, [node])
+                if not decision.ok:
+                    self.stats.misses["the engine's fit refuses the freed node"] += 1
+                    continue
+                if self.move_all(keys, (task, pod, decision), check):
+                    return self.live[pod_key(pod)][3]
+                self.stats.misses["a replacement fits nowhere" if check is None
+                                  else "a victim's replacement takes the pod's models"] += 1
         # Usage only grows between moves (pods never leave), so a shape that no move helps now stays hopeless
         # until a move changes the picture: not trying it again saves most of the cost once the cluster is full.
         self._hopeless.add(shape)
         return None
 
-    def _victims(self, node: str, gaps: Mapping[str, tuple[float, bool]], left: int) -> list[str] | None:
+    def run_planner(self, allowed: int) -> tuple[int, int]:
+        """Plan at most ``allowed`` moves on the replay's state and apply them; (moves made, whole devices freed).
+
+        The planner works on the replay's own engine (no copy of 1,213 nodes and thousands of pods): its trials book
+        and unbook there and are undone by re-booking each pod's decision. To scale, each round tries only the groups
+        on the :data:`MAX_GROUPS` least used devices (a device with few milli used is the cheapest to free), and a pod
+        only goes to nodes with room for its CPU and memory as the engine counts them (kube-scheduler's
+        NodeResourcesFit, which the replay plays). The moves are then applied in the planner's order through the
+        engine's fit on the planned node; a move that no longer fits there (an earlier move took the room) is placed
+        where the engine's policy puts it."""
+        if allowed <= 0:
+            return 0, 0
+        engine, live = self.engine, self.live
+        pods = {key: entry[1] for key, entry in live.items()}
+        movable = {key for key in live if self.movable(key)}
+        originals = {key: entry[3].decision for key, entry in live.items()}
+        idle0 = idle_devices(engine)
+
+        def restore(key: str) -> None:
+            decision = originals[key]
+            assert decision is not None
+            engine.reserve(pods[key], decision)
+
+        def targets(key: str, source: str) -> list[str]:
+            cpu, mem = host_requests(pods[key])
+            return [name for name, state in engine.nodes.items() if name != source
+                    and state.host_total[0] - state.host_used[0] >= cpu
+                    and state.host_total[1] - state.host_used[1] >= mem]
+
+        search = MoveSearch(engine, pods, workload_mix(engine, pods.values()), restore=restore, targets=targets,
+                            max_groups=MAX_GROUPS)
+        planned = greedy_moves(search, pods, movable, allowed)
+        for key, _, _ in planned:  # back to the replay's state, then the moves through the replay's books
+            restore(key)
+        moved = 0
+        for key, _, target in planned:
+            if key not in live:
+                continue
+            task, pod, _, placed = self.evict(key)
+            fits = self.cpu_free[self.row[target]] >= task.cpu_milli and \
+                self.mem_free[self.row[target]] >= task.memory_mib
+            decision = engine.schedule(pod, [target]) if fits else None
+            if decision is not None and decision.ok:
+                self.book(task, pod, decision, placed)
+            elif not self.replace_pod(task, pod, placed):
+                restore_decision = originals[key]
+                assert restore_decision is not None
+                self.book(task, pod, restore_decision, placed)
+                continue
+            moved += 1
+        return moved, idle_devices(engine) - idle0
+
+    def _on_models(self, key: str, models: Sequence[str]) -> bool:
+        """Does the placed pod hold a card of one of ``models``?"""
+        booking = self.engine.ledger.get(key)
+        if booking is None:
+            return False
+        usage = self.engine.nodes[booking.node].by_uuid
+        return any(d.uuid in usage and any(m in usage[d.uuid].type.upper() for m in models)
+                   for devs in booking.devices.values() for d in devs)
+
+    def _victims(self, task: SimPod, node: str, gaps: Mapping[str, tuple[float, bool]],
+                 left: int) -> list[str] | None:
         """The fewest movable pods whose shares on each card of ``gaps`` (card → milli short, whether its slots are
         all taken) cover what is short there (one pod at least on a card without a free slot), fewest milli moved
-        among those; ``None``: none within ``left`` moves and :data:`PENDING_VICTIMS` per card."""
+        among those, then as many more as the node's CPU and memory need for ``task`` (largest CPU first);
+        ``None``: none within ``left`` moves and :data:`PENDING_VICTIMS` per card."""
         on_card: dict[str, list[tuple[str, float]]] = {}
+        others: list[str] = []  # movable pods on the node's other cards (for its CPU and memory)
         for booking in self.engine.ledger.on_node(node):
-            if not self.movable(booking.key):
+            if not self.movable(booking.key) or not self._has_room(self.live[booking.key][0]):
                 continue
             share = float(self.live[booking.key][0].per_gpu)
+            mine = False
             for devs in booking.devices.values():
                 for d in devs:
                     if d.uuid in gaps:
                         on_card.setdefault(d.uuid, []).append((booking.key, share))
+                        mine = True
+            if not mine:
+                others.append(booking.key)
         chosen: set[str] = set()
         for uuid, (short, slot) in sorted(gaps.items()):
             # pods already chosen for another card (a multi-card pod) count here too
@@ -323,15 +410,42 @@ class DefragReplay(Replay):
             if best is None:
                 return None
             chosen.update(best[2])
+        # the node's CPU and memory must take the pod once the victims are gone: more victims, largest CPU first
+        i = self.row[node]
+        cpu_short = task.cpu_milli - self.cpu_free[i] - sum(self.live[k][0].cpu_milli for k in chosen)
+        mem_short = task.memory_mib - self.mem_free[i] - sum(self.live[k][0].memory_mib for k in chosen)
+        if cpu_short > 0 or mem_short > 0:
+            spare = sorted(({k for pods in on_card.values() for k, _ in pods} | set(others)) - chosen,
+                           key=lambda k: (-self.live[k][0].cpu_milli, k))
+            for k in spare:
+                if cpu_short <= 0 and mem_short <= 0:
+                    break
+                chosen.add(k)
+                cpu_short -= self.live[k][0].cpu_milli
+                mem_short -= self.live[k][0].memory_mib
+            if cpu_short > 0 or mem_short > 0:
+                return None
         if not chosen or len(chosen) > left:
             return None
         return sorted(chosen)
 
-    def _closest_nodes(self, task: SimPod) -> list[tuple[str, dict[str, tuple[float, bool]]]]:
+    def _has_room(self, task: SimPod) -> bool:
+        """Is there, as things are, a node with room for the pod's CPU and memory and enough cards of its models
+        with room for its share? A pod with nowhere to go is no victim (a model-constrained pod on a full model,
+        most often); cached per shape for one attempt."""
+        shape = (task.klass, task.cpu_milli, task.memory_mib)
+        if shape not in self._room:
+            self._room[shape] = bool(self._closest_nodes(task, fitting=True))
+        return self._room[shape]
+
+    def _closest_nodes(self, task: SimPod, *, fitting: bool = False) -> list[tuple[str, dict[str, tuple[float, bool]]]]:
         """The :data:`PENDING_NODES` nodes with room for the pod's CPU and memory that are the fewest device milli
         short of fitting it, with the cards it would take there (those short the least) and what each is short
-        (a card whose slots are all taken counts one milli more: one pod must go)."""
+        (a card whose slots are all taken counts one milli more: one pod must go). ``fitting``: instead, the first
+        node where it fits as things are (and no cards), or none."""
         fits = (self.cpu_free >= task.cpu_milli) & (self.mem_free >= task.memory_mib)
+        if not fitting:  # victims may free CPU and memory too (:meth:`_victims`)
+            fits = np.ones_like(fits)
         models = tuple(m.upper() for m in task.models)
         need, k = task.per_gpu, max(task.num_gpu, 1)
         scored: list[tuple[float, str, dict[str, tuple[float, bool]]]] = []
@@ -347,8 +461,15 @@ class DefragReplay(Replay):
             short.sort()
             best = short[:k]
             total = sum(g for g, _, _, _ in best)
-            if total > 0:
+            if fitting and total <= 0:  # the first node where it fits as things are
+                return [(self.names[int(i)], {})]
+            # a node short of CPU or memory for the pod ranks after those short of device milli alone
+            host = 0.0 if self.cpu_free[i] >= task.cpu_milli and self.mem_free[i] >= task.memory_mib else FULL
+            total += host
+            if total > 0 and not fitting:
                 scored.append((total, self.names[int(i)], {u: (m, sl) for _, u, m, sl in best}))
+        if fitting:
+            return []
         scored.sort(key=lambda s: (s[0], s[1]))
         return [(name, gaps) for _, name, gaps in scored[:PENDING_NODES]]
 

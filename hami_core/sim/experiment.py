@@ -14,15 +14,12 @@ from typing import Any
 
 from hami_core.engine.config import EngineConfig, SchedulerConfig
 from hami_core.engine.facade import Engine
-from hami_core.plugins.errors import AdmissionDenied, AdmissionFailed, HamiError
+from hami_core.plugins.errors import AdmissionDenied, AdmissionFailed
+from hami_core.sim.errors import PolicyError
 from hami_core.sim.fragmentation import workload_classes
 from hami_core.sim.mix import MIX_SOURCES, trace_mix
 from hami_core.sim.replay import CPU_POD_PLACEMENTS, Replay, RunResult
 from hami_core.sim.workload import PROTOCOLS, SimPod, from_pod, inflate, node_order
-
-
-class PolicyError(HamiError):
-    """A ``--policy`` item names no policy that the loaded plugins offer."""
 
 
 @dataclass(frozen=True, slots=True)
