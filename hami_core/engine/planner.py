@@ -139,21 +139,28 @@ class Planner:
                                       gpu_default=sched.gpu_scheduler_policy)
         except WireFormatError:
             return Decision(pod=ref, nodes=tuple(names), requests=requests, skipped=True)
-        alive = [s for s in (state.nodes.get(n) for n in names) if s is not None and s.by_uuid and not s.quarantine]
+        state.table.refresh()
+        # the usable names' rows and states in name order, looked up as array operations (the table's ``ok`` is
+        # ``by_uuid and not quarantine`` once refreshed); a list naming a node twice keeps the per-name walk
+        rows, alive, _ = self._lookup(names) if len(set(names)) == len(names) else self._walk(names)
         if not alive:
             return Decision(pod=ref, nodes=tuple(names), requests=requests, skipped=True)
         cycle = Cycle(hook=state.hook, backends=state.backends, pod=pod, key=pod_key(pod), requests=requests,
                       policy=policy, own=None)
-        state.table.refresh()
-        rows = state.table.rows(alive)
         pre = cycle.prescore(alive, state.table.totals[rows], rows=rows, generations=state.table.generation[rows],
                              shapes=(), workload=self.workload.snapshot(), cache=self.plugin_cache)
-        order = np.argsort(pre if policy.node == "spread" else -pre, kind="stable")
-        ranked = [alive[int(i)].name for i in order]
-        scores = {alive[int(i)].name: float(pre[int(i)]) for i in order}
-        seen = set(ranked)
-        return Decision(pod=ref, nodes=(*ranked, *(n for n in names if n not in seen)), scores=scores,
-                        requests=requests, policy=policy, skipped=True)
+        order = np.argsort(pre if policy.node == "spread" else -pre, kind="stable").tolist()
+        ranked = [alive[i].name for i in order]
+        scores = dict(zip(ranked, np.asarray(pre, dtype=float)[order].tolist(), strict=True))
+        rest = (n for n in names if n not in scores) if len(ranked) < len(names) else ()
+        return Decision(pod=ref, nodes=(*ranked, *rest), scores=scores, requests=requests, policy=policy,
+                        skipped=True)
+
+    def _walk(self, names: list[str]) -> tuple[np.ndarray, list[NodeState], list[str]]:
+        """:meth:`_lookup` name by name, keeping a name given twice twice (its rows, usable states, no reasons)."""
+        nodes = self.state.nodes
+        alive = [s for s in (nodes.get(n) for n in names) if s is not None and s.by_uuid and not s.quarantine]
+        return self.state.table.rows(alive), alive, []
 
     def _candidates(self, cycle: Cycle, node_names: Iterable[str] | None) -> tuple[np.ndarray, list[NodeState]]:
         """The nodes that can take pods among ``node_names``, in name order: their table rows and states.

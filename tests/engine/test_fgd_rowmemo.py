@@ -18,7 +18,7 @@ import pytest
 
 from hami_core.engine.workload import Shape
 from hami_core.plugins.types import DeviceInfo, DeviceUsage, NodeBatch
-from hami_core.policies.fgd import fragmentation, rowmemo
+from hami_core.policies.fgd import devmemo, fragmentation, rowmemo
 from hami_core.policies.fgd.fragmentation import DeviceArrays, _mix_of, _selection_key, device_growth, fgd_device_order
 from hami_core.policies.fgd.growth import FgdState, node_growth
 from hami_core.policies.fgd.mix import Workload
@@ -104,11 +104,18 @@ def test_alike_nodes_are_computed_once_and_a_changed_node_alone(monkeypatch: Any
     computed: list[int] = []
     real = fragmentation.placement_delta
 
+    real_single = devmemo.single_growth
+
     def counting(dev: DeviceArrays, *args: Any, **kw: Any) -> np.ndarray:
         computed.append(len(dev.present))
         return real(dev, *args, **kw)
 
+    def counting_single(store: Any, rows: np.ndarray, *args: Any, **kw: Any) -> np.ndarray:
+        computed.append(len(rows))  # a one-device request: the growth's host half (its device half in devmemo)
+        return real_single(store, rows, *args, **kw)
+
     monkeypatch.setattr("hami_core.policies.fgd.growth.placement_delta", counting)
+    monkeypatch.setattr("hami_core.policies.fgd.growth.single_growth", counting_single)
     state = FgdState()
 
     def growth(version: Workload) -> np.ndarray:

@@ -551,14 +551,27 @@ def host_class_deltas(state: MixState, host_free: np.ndarray, host_need: tuple[f
 def _selection_key(dev: DeviceArrays, inc: np.ndarray, delta: np.ndarray | None, select: str,
                    weights: tuple[int, int, int]) -> np.ndarray:
     """Larger is preferred; ``-inf`` where the device cannot take the request."""
-    primary = np.round(device_scores(dev, weights) * 1e6)
-    if select == "spread":
-        primary = -primary
-    key = primary * (_NUMA_SPAN * inc.shape[1]) + dev.order
     if select == "fgd" and delta is not None:  # least growth first, then as binpack
-        rank = np.argsort(np.argsort(key, axis=1), axis=1)
-        key = -delta * (inc.shape[1] + 1) * 1e6 + rank
+        key = -delta * (inc.shape[1] + 1) * 1e6 + _selection_rank(dev, inc, weights)
+    else:
+        key = _binpack_key(dev, inc, weights, spread=select == "spread")
     return np.where(inc, key, -np.inf)
+
+
+def _binpack_key(dev: DeviceArrays, inc: np.ndarray, weights: tuple[int, int, int], *, spread: bool = False
+                 ) -> np.ndarray:
+    """The fit's preference among a row's devices before the request (larger preferred): HAMi's device score, then
+    numa and position."""
+    primary = np.round(device_scores(dev, weights) * 1e6)
+    if spread:
+        primary = -primary
+    return primary * (_NUMA_SPAN * inc.shape[1]) + dev.order
+
+
+def _selection_rank(dev: DeviceArrays, inc: np.ndarray, weights: tuple[int, int, int]) -> np.ndarray:
+    """Each device's rank in binpack order within its row: ``fgd``'s tie-break among equal growth. It depends on the
+    devices alone (:mod:`.devmemo` keeps it per device state)."""
+    return np.argsort(np.argsort(_binpack_key(dev, inc, weights), axis=1), axis=1)
 
 
 def fgd_device_order(devices: Sequence[DeviceUsage], request: Shape,

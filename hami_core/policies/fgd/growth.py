@@ -18,6 +18,7 @@ import numpy as np
 
 from hami_core.engine.workload import Shape
 from hami_core.plugins.types import NodeBatch
+from hami_core.policies.fgd.devmemo import DeviceMemo, single_growth
 from hami_core.policies.fgd.fragmentation import (
     WEIGHT_FREE_SELECTS,
     Mix,
@@ -227,6 +228,10 @@ class FgdState:
         self._buffer = np.empty(0)
         #: bytes the growth memos (:mod:`.rowmemo`) took since the last :meth:`_evict`
         self._grown = 0
+        #: select ``fgd``: the device half of one-device requests' growth (:mod:`.devmemo`), per (backend, request,
+        #: weights), for the backend's current mix only (a new mix drops them)
+        self._device_memos: dict[tuple[str, Shape, tuple[int, int, int]], DeviceMemo] = {}
+        self._device_memo_mix: dict[str, Mix] = {}
 
     def growth(self, batch: NodeBatch, workload: Workload, select: str, weights: tuple[int, int, int],
                host: tuple[int, int]) -> np.ndarray:
@@ -419,6 +424,9 @@ class FgdState:
 
                 def compute(at: np.ndarray, store: RowStore = store, mix: Mix = mix, shape: Shape = shape,
                             need: tuple[int, int] = need) -> np.ndarray:
+                    if select == "fgd" and shape.nums == 1:  # the device half shared by requests alike (devmemo)
+                        return single_growth(store, at, shape, mix, store.state(at, mix), weights, need,
+                                             self._device_memo(shape, weights, mix))
                     return placement_delta(store.view(at), shape, mix, select=select, weights=weights,
                                            host_need=need, state=store.state(at, mix))
 
@@ -430,6 +438,18 @@ class FgdState:
             if self._grown > self.cache_bytes // 32:  # summing every signature's bytes costs: not at each entry
                 self._evict()
         return cache.value[rows]
+
+    def _device_memo(self, shape: Shape, weights: tuple[int, int, int], mix: Mix) -> DeviceMemo:
+        """The :class:`DeviceMemo` of ``shape`` under ``mix``, its backend's current mix (older mixes' are dropped)."""
+        backend = shape.backend
+        if self._device_memo_mix.get(backend) is not mix:
+            self._device_memo_mix[backend] = mix
+            for key in [k for k in self._device_memos if k[0] == backend]:
+                del self._device_memos[key]
+        memo = self._device_memos.get((backend, shape, weights))
+        if memo is None:
+            memo = self._device_memos[(backend, shape, weights)] = DeviceMemo()
+        return memo
 
     # ------------------------------------------------------------------------------------ shared
     def compute(self, rows: np.ndarray, stamps: np.ndarray, nodes: Sequence[Any], shapes: Sequence[Shape],

@@ -26,16 +26,19 @@ _ENTRY_OVERHEAD = 120
 
 
 def row_keys(store: RowStore, rows: np.ndarray, mix: Mix, host_need: tuple[float, float]) -> np.ndarray:
-    """One key per row of ``rows``, ``(rows, words)`` int64 (the bits of float64 figures): equal exactly when the rows'
-    devices and the fit of the mix's classes (CPU and memory, before and after ``host_need`` is taken) are equal."""
-    devices = np.take(store.arr, rows, axis=1).transpose(1, 0, 2).reshape(len(rows), -1)
+    """One key per row of ``rows``, ``(rows, words)`` int64: equal exactly when the rows' devices (their number in the
+    store, :attr:`RowStore.device_id`: equal numbers for bit-for-bit equal devices) and the fit of the mix's classes
+    (CPU and memory, before and after ``host_need`` is taken) are equal."""
     host = store.host[rows]
     after = host - np.asarray(host_need, dtype=float)
     fits = np.concatenate([(host[:, :1] >= mix.cpu) & (host[:, 1:] >= mix.mem),
                            (after[:, :1] >= mix.cpu) & (after[:, 1:] >= mix.mem), after >= 0], axis=1)
-    parts = [devices, store.type_idx[rows].astype(float), store.order[rows],
-             np.packbits(fits, axis=1).astype(float)]
-    return np.ascontiguousarray(np.concatenate(parts, axis=1)).view(np.int64)
+    packed = np.packbits(fits, axis=1)
+    words = -(-packed.shape[1] // 8)
+    keys = np.zeros((len(rows), 1 + words), dtype=np.int64)
+    keys[:, 0] = store.device_id[rows]
+    keys[:, 1:].view(np.uint8)[:, :packed.shape[1]] = packed
+    return keys
 
 
 def distinct(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -63,11 +66,12 @@ class RowMemo:
     """Growth figures by :func:`row_keys` key for one request signature, one backend's store and one :class:`Mix`
     (cleared when the mix, or the store's width, changes, and by :meth:`clear` on a new mix version)."""
 
-    __slots__ = ("_bytes", "_mix", "_width", "values")
+    __slots__ = ("_bytes", "_epoch", "_mix", "_width", "values")
 
     def __init__(self) -> None:
         self._mix: Mix | None = None
         self._width = -1
+        self._epoch = -1
         self._bytes = 0
         self.values: dict[bytes, float] = {}
 
@@ -84,8 +88,8 @@ class RowMemo:
                compute: Callable[[np.ndarray], np.ndarray], limit: int) -> np.ndarray:
         """The growth of every row of ``rows``: ``compute(some rows)`` for one row of each key not yet known, the
         memo's figures for the others. At most ``limit`` figures are kept (past it the memo starts afresh)."""
-        if mix is not self._mix or store.width != self._width:
-            self._mix, self._width = mix, store.width
+        if mix is not self._mix or store.width != self._width or store.epoch != self._epoch:
+            self._mix, self._width, self._epoch = mix, store.width, store.epoch
             self.clear()
         words = row_keys(store, rows, mix, host_need)
         first, inverse = distinct(words)

@@ -18,6 +18,8 @@ from hami_core.policies.fgd.fragmentation import DeviceArrays, Mix, MixState
 from hami_core.policies.fgd.mix import MixClass
 
 _FIELDS = 7  # health, used, count, usedcores, totalcore, usedmem, totalmem
+#: Distinct device states a store numbers before it starts its numbering afresh (:attr:`RowStore.epoch`).
+_MAX_DEVICE_IDS = 200_000
 
 
 class RowStore:
@@ -34,6 +36,13 @@ class RowStore:
         self.host = np.zeros((0, 2))
         #: Each row's free device share (milli, summed over its devices), kept with the row.
         self.free = np.zeros(0)
+        #: Each row's device state as a number: rows with equal numbers have bit-for-bit equal devices (``arr``,
+        #: ``type_idx`` and ``order``), so a memo keyed by node state compares one integer instead of the devices.
+        #: Numbers are valid within one :attr:`epoch` (a new one starts when the width changes or too many states
+        #: were numbered).
+        self.device_id = np.full(0, -1, dtype=np.int64)
+        self.epoch = 0
+        self._device_ids: dict[bytes, int] = {}
         self._mix_key: tuple[Any, ...] | None = None
         self.mix: Mix | None = None
         self._state_stamp = np.full(0, -1, dtype=np.int64)
@@ -44,11 +53,13 @@ class RowStore:
     def refresh(self, rows: np.ndarray, stamps: np.ndarray, nodes: Sequence[Any]) -> None:
         """Rebuild the rows whose stamp changed (``nodes[i]`` is the node at ``rows[i]``)."""
         self._ensure(int(rows.max()) + 1 if len(rows) else 0)
-        width = self.width
+        epoch = self.epoch
         for i in np.flatnonzero(self.stamp[rows] != stamps):
             self._build(int(rows[i]), nodes[int(i)])
             self.stamp[rows[i]] = stamps[i]
-        if self.width != width:  # a wider node moved every row's tie-break positions: rebuild the batch
+        if self.epoch != epoch:
+            # a wider node moved every row's tie-break positions, or the device numbering started afresh: rebuild
+            # the batch (rows built before it have no number in the new one)
             self.refresh(rows, stamps, nodes)
 
     def _build(self, row: int, node: Any) -> None:
@@ -69,6 +80,17 @@ class RowStore:
         used = getattr(node, "host_used", (0, 0))
         self.host[row] = (total[0] - used[0], total[1] - used[1])
         self.free[row] = self.view(np.array([row])).free_share().sum()
+        if len(self._device_ids) >= _MAX_DEVICE_IDS:
+            self._renumber()
+        key = self.arr[:, row].tobytes() + self.type_idx[row].tobytes() + self.order[row].tobytes()
+        self.device_id[row] = self._device_ids.setdefault(key, len(self._device_ids))
+
+    def _renumber(self) -> None:
+        """Start the device numbering afresh: every row gets its number again when next rebuilt."""
+        self._device_ids.clear()
+        self.epoch += 1
+        self.stamp[:] = -1
+        self.device_id[:] = -1
 
     def view(self, rows: np.ndarray) -> DeviceArrays:
         a = np.take(self.arr, rows, axis=1)  # several times faster than ``self.arr[:, rows]``
@@ -199,6 +221,7 @@ class RowStore:
         self.order = np.concatenate([self.order, np.zeros((grow, self.width))])
         self.host = np.concatenate([self.host, np.zeros((grow, 2))])
         self.free = np.concatenate([self.free, np.zeros(grow)])
+        self.device_id = np.concatenate([self.device_id, np.full(grow, -1, dtype=np.int64)])
         self._state_stamp = np.concatenate([self._state_stamp, np.full(grow, -1, dtype=np.int64)])
         self._state = None  # resized on next use
 
@@ -211,3 +234,5 @@ class RowStore:
         self.order = np.zeros((rows, width))
         self.stamp[:] = -1  # positions in ``order`` depend on the width: rebuild every row on next use
         self._state = None
+        self._device_ids.clear()  # the devices' bytes of one width: a new numbering
+        self.epoch += 1
