@@ -359,12 +359,13 @@ def run(args: argparse.Namespace) -> int:
             runs = experiment.run(progress=lambda share: progress.advance(bar, share), jobs=jobs)
     else:
         runs = experiment.run(jobs=jobs)
-    bounds = None
+    bounds = moves = None
     if args.bound is not None:
-        from hami_core.sim.bound import experiment_bounds
+        from hami_core.sim.bound import experiment_bounds, moves_bounds
 
         bounds = experiment_bounds(experiment, method=args.bound)
-    report = report_json(runs, policies, inputs, bounds=bounds)
+        moves = moves_bounds(experiment, runs, method=args.bound)
+    report = report_json(runs, policies, inputs, bounds=bounds, moves=moves)
     trace = Path(args.trace_pods).stem.removeprefix("openb_pod_list_") if args.trace_pods else ""
     if single and runs[0].engine is not None:
         report["nodes"] = usage_json(runs[0].engine)

@@ -104,6 +104,8 @@ class DefragStats:
     """What the defragmenter did in one run."""
 
     moves: int = 0
+    #: of ``moves``: pods without devices moved to free a node's CPU or memory (``pending``)
+    host_moves: int = 0
     #: pods that fitted nowhere and were placed after moves (``pending``)
     rescued: int = 0
     attempts: int = 0
@@ -124,7 +126,8 @@ class DefragStats:
 
     def as_json(self, spec: DefragSpec) -> dict[str, Any]:
         pct = self.moved_percent_at_100
-        return {"at": spec.label(), "budget_percent": spec.percent, "moves": self.moves, "rescued": self.rescued,
+        return {"at": spec.label(), "budget_percent": spec.percent, "moves": self.moves,
+                "host_moves": self.host_moves, "rescued": self.rescued,
                 "attempts": self.attempts, "moves_at_100": self.moves_at_100, "running_at_100": self.running_at_100,
                 "moved_percent_at_100": None if pct is None else round(pct, 3),
                 "points": [{"arrived": a, "moves": m, "gpus_freed": g} for a, m, g in self.points],
@@ -145,6 +148,15 @@ class DefragReplay(Replay):
         self._hopeless: set[tuple[Any, int, int]] = set()
         #: within one attempt: whether a pod shape has somewhere to go
         self._room: dict[tuple[Any, int, int], bool] = {}
+        #: placed pods without devices (key -> task, node) and their keys per node: ``pending`` moves them off a
+        #: node whose devices could take a pod that is short of CPU or memory there
+        self.hosted: dict[str, tuple[SimPod, str]] = {}
+        self.hosted_on: dict[str, set[str]] = {}
+        #: within one attempt (:meth:`_survey`): each node's largest free card share, the placed pods that could go
+        #: elsewhere, and per card the share those pods hold there
+        self._largest = np.zeros(0)
+        self._mover: set[str] = set()
+        self._movable_share: dict[str, float] = {}
 
     # ------------------------------------------------------------------------------------ budget
     def moves_left(self) -> int:
@@ -175,9 +187,11 @@ class DefragReplay(Replay):
 
     def _place(self, task: SimPod) -> Placed:
         placed = super()._place(task)
-        if (placed.node is None and self.spec.pending and task.gpu_demand > 0 and placed.decision is not None
-                and not placed.decision.skipped and not placed.decision.error
-                and placed.reason != INSUFFICIENT_CPU_MEMORY and self.moves_left() > 0):
+        if placed.node is not None and task.gpu_demand == 0:
+            self._host(task, placed.node)
+        elif (placed.node is None and self.spec.pending and task.gpu_demand > 0 and self.moves_left() > 0
+              and (placed.reason == INSUFFICIENT_CPU_MEMORY or (
+                  placed.decision is not None and not placed.decision.skipped and not placed.decision.error))):
             t0 = time.perf_counter()
             self.stats.attempts += 1
             rescued = self._consolidate(task)
@@ -185,6 +199,84 @@ class DefragReplay(Replay):
             if rescued is not None:
                 self.stats.rescued += 1
                 return rescued
+        return placed
+
+    # ------------------------------------------------------------------------------------ pods without devices
+    def _host(self, task: SimPod, node: str) -> None:
+        """Remember a placed pod without devices (a victim for a pod short of CPU or memory on ``node``)."""
+        key = pod_key(task.pod)
+        self.hosted[key] = (task, node)
+        self.hosted_on.setdefault(node, set()).add(key)
+
+    def _unhost(self, key: str) -> tuple[SimPod, str]:
+        """Take a pod without devices off its node (its CPU and memory freed, the engine told)."""
+        task, node = self.hosted.pop(key)
+        self.hosted_on[node].discard(key)
+        self.engine.remove_pod(task.pod)
+        i = self.row[node]
+        self.cpu_free[i] += task.cpu_milli
+        self.mem_free[i] += task.memory_mib
+        return task, node
+
+    def _rehost(self, task: SimPod, node: str) -> None:
+        """Put a pod without devices (back) on ``node``."""
+        pod = self.engine.admit(task.pod)
+        self._consume(node, task)
+        self.engine.upsert_pod({**pod, "spec": {**(pod.get("spec") or {}), "nodeName": node}})
+        self._host(task, node)
+
+    def _free_host(self, task: SimPod, pod: Mapping[str, Any]) -> Placed | None:
+        """Make room for ``task`` on a node whose devices could take it but whose CPU or memory is short, by moving
+        pods without devices (the fewest, largest CPU first) to nodes with room for them; the placement, or
+        ``None``. Pods without devices on a node with free device share keep GPU pods off it once its CPU runs
+        out; their replacements go where the scheduler puts such pods (under ``fgd``, whose growth counts the
+        device share a pod's CPU strands, to nodes whose devices are taken)."""
+        short = (self.cpu_free < task.cpu_milli) | (self.mem_free < task.memory_mib)
+        names: list[str] = []
+        victims: dict[str, list[str]] = {}
+        for i in np.flatnonzero(short).tolist():
+            node = self.names[i]
+            keys = sorted((k for k in self.hosted_on.get(node, ()) if not pinned(self.hosted[k][0].pod)),
+                          key=lambda k: (-self.hosted[k][0].cpu_milli, k))
+            cpu_short = task.cpu_milli - self.cpu_free[i]
+            mem_short = task.memory_mib - self.mem_free[i]
+            chosen: list[str] = []
+            for k in keys:
+                if cpu_short <= 0 and mem_short <= 0:
+                    break
+                victim = self.hosted[k][0]
+                if victim.cpu_milli <= 0 and victim.memory_mib <= 0:
+                    continue
+                chosen.append(k)
+                cpu_short -= victim.cpu_milli
+                mem_short -= victim.memory_mib
+            if cpu_short <= 0 and mem_short <= 0 and len(chosen) <= self.moves_left():
+                names.append(node)
+                victims[node] = chosen
+        if not names:
+            return None
+        decision = self.engine.schedule(pod, names, limit=1)  # the devices' fit and the policy's pick among them
+        if not decision.ok or decision.node is None:
+            return None
+        node = decision.node
+        moved = [self._unhost(k) for k in victims[node]]
+        self.book(task, pod, decision, Placed(task.name, node, "", decision))
+        placed = self.live[pod_key(pod)][3]
+        done: list[str] = []
+        for victim, _ in moved:  # each replacement where the scheduler puts a pod without devices (the replay's rule)
+            again = Replay._place(self, victim)
+            if again.node is None:
+                for k in done:
+                    self._unhost(k)
+                self.evict(pod_key(pod))
+                for v, old in moved:
+                    self._rehost(v, old)
+                return None
+            self._host(victim, again.node)
+            done.append(pod_key(victim.pod))
+        self.stats.moves += len(moved)
+        self.stats.host_moves += len(moved)
+        self._hopeless.clear()
         return placed
 
     # ------------------------------------------------------------------------------------ moving pods
@@ -281,9 +373,12 @@ class DefragReplay(Replay):
             pod = self.engine.admit(task.pod)
         except (AdmissionDenied, AdmissionFailed):
             return None
+        hosted = self._free_host(task, pod)
+        if hosted is not None:
+            return hosted
         left = self.moves_left()
         options = []
-        self._room = {}
+        self._survey()
         for node, gaps in self._closest_nodes(task):
             victims = self._victims(task, node, gaps, left)
             if victims is not None:
@@ -380,7 +475,7 @@ class DefragReplay(Replay):
         on_card: dict[str, list[tuple[str, float]]] = {}
         others: list[str] = []  # movable pods on the node's other cards (for its CPU and memory)
         for booking in self.engine.ledger.on_node(node):
-            if not self.movable(booking.key) or not self._has_room(self.live[booking.key][0]):
+            if booking.key not in self._mover:
                 continue
             share = float(self.live[booking.key][0].per_gpu)
             mine = False
@@ -429,13 +524,42 @@ class DefragReplay(Replay):
             return None
         return sorted(chosen)
 
+    def _survey(self) -> None:
+        """What one attempt needs about the cluster as it is: each card's free milli and whether a slot is left,
+        each node's largest such free share, which placed pods could go elsewhere (:meth:`_has_room`), and per
+        card the share those pods hold there (the most a card can be emptied by, see :meth:`_closest_nodes`)."""
+        self._room = {}
+        largest = np.zeros(len(self.names))
+        for i, devs in enumerate(self.devices):
+            for d in devs:
+                if d.health and d.used < d.count:
+                    largest[i] = max(largest[i], FULL - self.device_share(d))
+        self._largest = largest
+        self._mover = set()
+        self._movable_share = {}
+        for key, (task, _, _, _) in self.live.items():
+            if not self.movable(key) or not self._has_room(task):
+                continue
+            booking = self.engine.ledger.get(key)
+            if booking is None:
+                continue
+            self._mover.add(key)
+            for devs in booking.devices.values():
+                for d in devs:
+                    self._movable_share[d.uuid] = self._movable_share.get(d.uuid, 0.0) + float(task.per_gpu)
+
     def _has_room(self, task: SimPod) -> bool:
         """Is there, as things are, a node with room for the pod's CPU and memory and enough cards of its models
         with room for its share? A pod with nowhere to go is no victim (a model-constrained pod on a full model,
-        most often); cached per shape for one attempt."""
+        most often); cached per shape for one attempt. A one-card pod of any model is answered from each node's
+        largest free share (one array test), the others by a scan of the cards."""
         shape = (task.klass, task.cpu_milli, task.memory_mib)
         if shape not in self._room:
-            self._room[shape] = bool(self._closest_nodes(task, fitting=True))
+            if task.num_gpu <= 1 and not task.models:
+                self._room[shape] = bool(((self.cpu_free >= task.cpu_milli) & (self.mem_free >= task.memory_mib)
+                                          & (self._largest + 1e-9 >= task.per_gpu)).any())
+            else:
+                self._room[shape] = bool(self._closest_nodes(task, fitting=True))
         return self._room[shape]
 
     def _closest_nodes(self, task: SimPod, *, fitting: bool = False) -> list[tuple[str, dict[str, tuple[float, bool]]]]:
@@ -455,6 +579,9 @@ class DefragReplay(Replay):
                 if not d.health or (models and not any(m in d.type.upper() for m in models)):
                     continue
                 milli, slot = max(need - (FULL - self.device_share(d)), 0.0), d.used >= d.count
+                if not fitting and (milli > self._movable_share.get(d.id, 0.0) + 1e-9
+                                    or (slot and d.id not in self._movable_share)):
+                    continue  # the pods that could go elsewhere do not free enough of this card (survey)
                 short.append((milli + (1.0 if slot else 0.0), d.id, milli, slot))
             if len(short) < k:
                 continue

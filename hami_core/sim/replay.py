@@ -70,6 +70,9 @@ class RunResult:
     allocated_milli: float = 0.0
     ratio_at_100: float | None = None
     fragmentation_at_100: float | None = None
+    #: the GPU pods placed at the 100 % reading, counted by what they ask ``(CPU, memory, GPUs, milli per GPU,
+    #: models)``: ``--bound``'s ceiling for moves, which keep every one of them placed (hami_core.sim.bound)
+    kept_at_100: dict[tuple[int, int, int, int, tuple[str, ...]], int] | None = None
     curve: list[tuple[float, float, float]] = field(default_factory=list)  # arrived %, allocated %, frag %
     per_model: dict[str, dict[str, float]] = field(default_factory=dict)
     node_allocation: dict[str, float] = field(default_factory=dict)
@@ -174,6 +177,9 @@ class Replay:
         if r.ratio_at_100 is None and arrived >= 100.0:
             r.ratio_at_100 = r.final_ratio
             r.fragmentation_at_100 = self.fragmentation()
+            kept = Counter((t.cpu_milli, t.memory_mib, t.num_gpu, t.per_gpu, t.models) for t, *_ in self.live.values()
+                           if t.gpu_demand > 0)
+            r.kept_at_100 = dict(kept)
             r.per_model = self.per_model()
         if arrived >= self._next_checkpoint:
             r.curve.append((round(arrived, 3), round(r.final_ratio, 3), round(self.fragmentation(), 3)))

@@ -220,10 +220,11 @@ def _devices_json(p: Placed) -> list[dict[str, Any]]:
 
 
 def report_json(runs: Sequence[RunResult], policies: Sequence[Policy], inputs: Mapping[str, Any], *,
-                bounds: Sequence[Bound] | None = None) -> dict[str, Any]:
+                bounds: Sequence[Bound] | None = None, moves: Sequence[float | None] | None = None) -> dict[str, Any]:
     """The ``--report`` document: ``{"version", "inputs", "runs": [...], "summary": {policy: {...}}}``; with
     ``bounds`` (``--bound``) also ``"bound"`` (each seed's ceiling), and ``bound``/``gap_to_bound`` in each run and
-    each policy's summary."""
+    each policy's summary; with ``moves`` (each run's ceiling for moves, :func:`~hami_core.sim.bound.moves_bounds`)
+    ``moves_bound``/``gap_to_moves_bound`` in each run and each policy's summary."""
     by_label = {p.label: p for p in policies}
     out: dict[str, Any] = {"version": REPORT_VERSION, "inputs": dict(inputs),
                            "runs": [run_json(r, by_label.get(r.policy)) for r in runs], "summary": summarize(runs)}
@@ -240,6 +241,16 @@ def report_json(runs: Sequence[RunResult], policies: Sequence[Policy], inputs: M
                                else round(ceil[r.seed] - r.ratio_at_100, 3))
     for label, s in out["summary"].items():
         s["bound"], s["gap_to_bound"] = ceiling([r for r in runs if r.policy == label], bounds)
+    if moves is None:
+        return out
+    for r, doc, m in zip(runs, out["runs"], moves, strict=True):
+        doc["moves_bound"] = m
+        doc["gap_to_moves_bound"] = None if m is None or r.ratio_at_100 is None else round(m - r.ratio_at_100, 3)
+    for label, s in out["summary"].items():
+        pairs = [(m, r.ratio_at_100) for r, m in zip(runs, moves, strict=True)
+                 if r.policy == label and m is not None and r.ratio_at_100 is not None]
+        s["moves_bound"] = round(sum(m for m, _ in pairs) / len(pairs), 3) if pairs else None
+        s["gap_to_moves_bound"] = round(sum(m - a for m, a in pairs) / len(pairs), 3) if pairs else None
     return out
 
 

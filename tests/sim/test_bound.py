@@ -8,6 +8,7 @@ import io
 import itertools
 import json
 import random
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,8 @@ def test_the_ceiling_is_above_every_policy_run(tmp_path: Path, case: int, method
         assert run["bound"] == ceiling["gpu_allocation_ratio_at_100"]
         assert run["gpu_allocation_ratio_at_100"] <= run["bound"] <= 100.0
         assert run["gap_to_bound"] == pytest.approx(run["bound"] - run["gpu_allocation_ratio_at_100"], abs=1e-3)
+        # the ceiling for moves keeps this run's pods: between the run and the ceiling
+        assert run["gpu_allocation_ratio_at_100"] <= run["moves_bound"] <= run["bound"]
         # the bound's prefix is the replay's: the curve's first point at or past 100 % is where the bound stops
         first = next(p["arrived"] for p in run["curve"] if p["arrived"] >= 100.0)
         assert ceiling["arrived"] == pytest.approx(first, abs=1e-3)
@@ -73,11 +76,11 @@ def test_the_ceiling_is_above_every_policy_run(tmp_path: Path, case: int, method
         assert summary["gap_to_bound"] == pytest.approx(sum(r["gap_to_bound"] for r in runs) / len(runs), abs=2e-3)
 
 
-def _brute_force(nodes: list[NodeSpec], pods: list[SimPod]) -> int:
+def _brute_force(nodes: list[NodeSpec], pods: list[SimPod], must: frozenset[int] = frozenset()) -> int:
     """The most GPU milli any subset of ``pods`` can take on ``nodes``, by trying every pod on every node and every
-    set of its GPUs (or nowhere)."""
+    set of its GPUs (or nowhere, unless its index is in ``must``); -1 when the pods of ``must`` fit nowhere together."""
     state = [[n.cpu_milli, n.memory_mib, [0] * n.gpus, [0] * n.gpus] for n in nodes]
-    best = 0
+    best = -1
 
     def place(i: int, got: int) -> None:
         nonlocal best
@@ -106,10 +109,33 @@ def _brute_force(nodes: list[NodeSpec], pods: list[SimPod]) -> int:
                     s[2][g] -= pod.per_gpu
                     s[3][g] -= 1
             del n
-        place(i + 1, got)  # skipped: it fits nowhere, or the best placement leaves it out
+        if i not in must:
+            place(i + 1, got)  # skipped: it fits nowhere, or the best placement leaves it out
 
     place(0, 0)
     return best
+
+
+def _first_fit(nodes: list[NodeSpec], pods: list[SimPod]) -> frozenset[int]:
+    """The pods a first-fit placement in arrival order places (a run's placed pods: what moves must keep)."""
+    state = [[n.cpu_milli, n.memory_mib, [0] * n.gpus, [0] * n.gpus] for n in nodes]
+    placed = set()
+    for i, pod in enumerate(pods):
+        for spec, s in zip(nodes, state, strict=True):
+            if (pod.cpu_milli > s[0] or pod.memory_mib > s[1]
+                    or (pod.models and not any(m in spec.model.upper() for m in pod.models))):
+                continue
+            gpus = [g for g in range(spec.gpus) if s[2][g] + pod.per_gpu <= 1000 and s[3][g] < spec.split]
+            if len(gpus) < pod.num_gpu:
+                continue
+            s[0] -= pod.cpu_milli
+            s[1] -= pod.memory_mib
+            for g in gpus[:pod.num_gpu]:
+                s[2][g] += pod.per_gpu
+                s[3][g] += 1
+            placed.add(i)
+            break
+    return frozenset(placed)
 
 
 def _tiny(rng: random.Random) -> tuple[list[NodeSpec], list[SimPod]]:
@@ -138,6 +164,49 @@ def test_exact_is_the_brute_force_optimum_and_classes_is_above_it(case: int) -> 
     assert early >= classes - 1e-6
     auto = upper_bound(nodes, pods)
     assert auto[1] == "exact"  # tiny: auto solves the placement problem itself
+
+
+@pytest.mark.parametrize("case", range(40))
+def test_the_ceiling_for_moves_keeps_the_placed_pods(case: int) -> None:
+    """``keep`` (the ceiling for moves, moves_bounds): the best placement that keeps a first-fit run's pods, by brute
+    force, is what ``exact`` finds with those pods' classes kept; ``classes`` is above it; both are at most the
+    plain ceiling and at least the run itself."""
+    nodes, pods = _tiny(random.Random(1000 + case))
+    must = _first_fit(nodes, pods)
+    keep = Counter((pods[i].cpu_milli, pods[i].memory_mib, pods[i].num_gpu, pods[i].per_gpu, pods[i].models)
+                   for i in must)
+    # pods of one class are alike: keeping the first ``keep[c]`` of class c is keeping any ``keep[c]`` of them
+    seen: Counter[Any] = Counter()
+    first = set()
+    for i, pod in enumerate(pods):
+        key = (pod.cpu_milli, pod.memory_mib, pod.num_gpu, pod.per_gpu, pod.models)
+        if seen[key] < keep[key]:
+            first.add(i)
+        seen[key] += 1
+    best = _brute_force(nodes, pods, frozenset(first))
+    run = sum(pods[i].gpu_demand for i in must)
+    assert run <= best <= _brute_force(nodes, pods)
+    exact, _, optimal = upper_bound(nodes, pods, method="exact", keep=keep)
+    assert optimal and exact == pytest.approx(best, abs=1e-6)
+    classes, _, _ = upper_bound(nodes, pods, method="classes", keep=keep)
+    assert best - 1e-6 <= classes <= upper_bound(nodes, pods, method="classes")[0] + 1e-6
+
+
+def test_the_ceiling_for_moves_is_below_the_ceiling_somewhere() -> None:
+    """Moves keep every placed pod, the plain ceiling may drop some: on some tiny instances that costs."""
+    below = 0
+    for case in range(40):
+        nodes, pods = _tiny(random.Random(1000 + case))
+        must = _first_fit(nodes, pods)
+        below += _brute_force(nodes, pods, must) < _brute_force(nodes, pods)
+    assert below >= 2
+
+
+def test_a_class_kept_beyond_its_arrivals_is_refused() -> None:
+    nodes, pods = _tiny(random.Random(5))
+    p = pods[0]
+    with pytest.raises(BoundError, match="to keep, but only"):
+        upper_bound(nodes, pods, keep={(p.cpu_milli, p.memory_mib, p.num_gpu, p.per_gpu, p.models): len(pods) + 1})
 
 
 def test_some_tiny_instance_is_not_trivially_full() -> None:

@@ -18,6 +18,7 @@ import pytest
 from hami_core.cli import main
 from hami_core.engine.config import SchedulerConfig, load_config
 from hami_core.engine.facade import Engine
+from hami_core.engine.pods import pod_key
 from hami_core.plugins.manager import get_plugin_manager
 from hami_core.sim.defrag import DefragError, DefragReplay, DefragSpec
 from hami_core.sim.fragmentation import workload_classes
@@ -83,6 +84,14 @@ def _check_books(replay: DefragReplay, tasks: Sequence[SimPod]) -> None:
         assert engine.ledger.get(key).node == node == placed.node
         i = replay.row[node]
         assert task.cpu_milli <= replay.cpu_total[i]
+    # each node's CPU in use is exactly its pods', those with devices and those without (moved ones included)
+    used = {name: 0.0 for name in replay.names}
+    for task, _, node, _ in replay.live.values():
+        used[node] += task.cpu_milli
+    for task, node in replay.hosted.values():
+        used[node] += task.cpu_milli
+    for name, i in replay.row.items():
+        assert replay.cpu_total[i] - replay.cpu_free[i] == pytest.approx(used[name])
 
 
 def test_pending_moves_raise_the_allocation_at_100() -> None:
@@ -95,6 +104,32 @@ def test_pending_moves_raise_the_allocation_at_100() -> None:
     assert replay.stats.moves == 2 and replay.stats.rescued == 2
     assert moved.defrag is not None and moved.defrag["moves_at_100"] == 2
     _check_books(replay, tasks)
+
+
+def test_pending_moves_a_pod_without_devices_off_a_node_short_of_cpu() -> None:
+    # w0 takes one node's card; the CPU-only pod spreads to the other node, whose card is free but whose CPU is then
+    # too short for w1. Moving the CPU-only pod next to w0 lets w1 take the free card: 50 % -> 100 % in one move.
+    tasks = [_task("w0", 1000, cpu=1000), _task("c0", 0, 0, cpu=6000), _task("w1", 1000, cpu=4000)]
+    plain, _ = _run(tasks, None, nodes=2, gpus=1, cpu=8000)
+    assert plain.ratio_at_100 == pytest.approx(50.0) and plain.failed == 1
+    moved, replay = _run(tasks, DefragSpec(pending=True, percent=100), nodes=2, gpus=1, cpu=8000)
+    assert replay is not None
+    assert moved.ratio_at_100 == pytest.approx(100.0) and moved.failed == 0
+    assert replay.stats.moves == 1 and replay.stats.host_moves == 1 and replay.stats.rescued == 1
+    assert moved.defrag is not None and moved.defrag["host_moves"] == 1
+    w0, c0, w1 = (pod_key(t.pod) for t in tasks)
+    assert replay.hosted[c0][1] == replay.live[w0][2] != replay.live[w1][2]  # c0 now beside w0
+    _check_books(replay, tasks)
+    # the CPU-only pod pinned, w0 moves instead (to the free card, its 1000 of CPU fits there) and w1 takes its node
+    pin = {"hami.io/defrag": "false"}
+    pinned_tasks = [tasks[0], _task("c0", 0, 0, cpu=6000, labels=pin), tasks[2]]
+    other, replay = _run(pinned_tasks, DefragSpec(pending=True, percent=100), nodes=2, gpus=1, cpu=8000)
+    assert replay is not None and replay.stats.host_moves == 0 and replay.stats.moves == 1 and other.failed == 0
+    _check_books(replay, pinned_tasks)
+    # both pinned: nothing moves and w1 fails
+    both = [_task("w0", 1000, cpu=1000, labels=pin), pinned_tasks[1], tasks[2]]
+    kept, replay = _run(both, DefragSpec(pending=True, percent=100), nodes=2, gpus=1, cpu=8000)
+    assert replay is not None and replay.stats.moves == 0 and kept.failed == 1
 
 
 def test_the_budget_is_respected() -> None:
