@@ -4,8 +4,9 @@ Under GPU policy ``fgd`` a one-device request's growth splits into a part that d
 and a part that depends on its free CPU and memory. These tests pin that the split changes no figure: on random
 nodes (one device type each, or two: those go the whole way), under random mixes, host needs and weights,
 :func:`single_growth` equals :func:`placement_delta` bit for bit, on the first call and when the memo answers;
-that nodes whose devices are alike share one computation whatever their CPU; and that the memo starts afresh for a
-new mix, for a store that renumbered its device states and past its bound on states.
+that nodes whose devices are alike share one computation whatever their CPU; that a state's figures are kept
+across mix versions (a new version computes only the bases new to the memo); and that the memo starts afresh for a
+store that renumbered its device states and past its bound on states.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def _direct(store: RowStore, rows: np.ndarray, request: Shape, mix: Any, weights
 
 
 @pytest.mark.parametrize("seed", range(16))
-@pytest.mark.parametrize("max_states", [20_000, 2])
+@pytest.mark.parametrize("max_states", [8192, 2])
 def test_single_growth_equals_the_placement_delta(seed: int, max_states: int, monkeypatch: Any) -> None:
     monkeypatch.setattr("hami_core.policies.fgd.devmemo.MAX_STATES", max_states)  # 2: it starts afresh often
     rng = random.Random(seed)
@@ -76,17 +77,23 @@ def test_single_growth_equals_the_placement_delta(seed: int, max_states: int, mo
     rows = np.arange(len(nodes), dtype=np.intp)
     stamps = np.arange(1, len(nodes) + 1, dtype=np.int64)
     store.refresh(rows, stamps, nodes)
-    for version in range(1, 4):
+    memos: dict[Any, DeviceMemo] = {}  # kept across versions and node changes, as the policy keeps them
+    for version in range(1, 6):
         mix = _mix(store, version, rng)
         for _ in range(3):
             request = Shape("ACME", 1, rng.choice([10, 30, 50, 100]), 0, 0, rng.choice([(), ("X1",)]))
             weights = rng.choice([(1, 1, 1), (1, 0, 2)])
             need = (float(rng.choice([0, 1000, 4000])), float(rng.choice([0, 1024])))
-            memo = DeviceMemo()
+            memo = memos.setdefault((request, weights), DeviceMemo())
             for _ in range(2):  # computed, then answered by the memo
-                got = single_growth(store, rows, request, mix, store.state(rows, mix), weights, need, memo)
+                got = single_growth(store, rows, request, mix, weights, need, memo)
                 want = _direct(store, rows, request, mix, weights, need)
                 assert np.array_equal(got, want), (seed, version, request, weights, need)
+        # some nodes change (new device states, or another node's) before the next version
+        for i in rng.sample(range(len(nodes)), 3):
+            nodes[i] = copy.deepcopy(rng.choice(nodes)) if rng.random() < 0.5 else _node(rng, mixed)
+            stamps[i] += 100
+        store.refresh(rows, stamps, nodes)
 
 
 def test_alike_devices_are_computed_once_whatever_the_host(monkeypatch: Any) -> None:
@@ -97,26 +104,36 @@ def test_alike_devices_are_computed_once_whatever_the_host(monkeypatch: Any) -> 
     rows = np.arange(len(nodes), dtype=np.intp)
     store.refresh(rows, np.arange(1, len(nodes) + 1, dtype=np.int64), nodes)
     assert len(set(store.device_id[:4].tolist())) == 1 and store.device_id[4] != store.device_id[0]
-    computed: list[int] = []
-    real = DeviceMemo._compute
+    computed: list[tuple[str, int]] = []
+    real_device, real_base = DeviceMemo._device_half, DeviceMemo._base_half
 
-    def counting(self: DeviceMemo, store: RowStore, at: np.ndarray, *args: Any) -> None:
-        computed.append(len(at))
-        real(self, store, at, *args)
+    def device_half(self: DeviceMemo, store: RowStore, at: np.ndarray, *args: Any) -> None:
+        computed.append(("device", len(at)))
+        real_device(self, store, at, *args)
 
-    monkeypatch.setattr(DeviceMemo, "_compute", counting)
+    def base_half(self: DeviceMemo, store: RowStore, at: np.ndarray, request: Shape, mix: Any, bases: np.ndarray,
+                  states: np.ndarray) -> None:
+        computed.append(("bases", len(at)))
+        real_base(self, store, at, request, mix, bases, states)
+
+    monkeypatch.setattr(DeviceMemo, "_device_half", device_half)
+    monkeypatch.setattr(DeviceMemo, "_base_half", base_half)
     mix = _mix(store, 1, random.Random(7))
     request, need, weights = Shape("ACME", 1, 30, 0, 30), (2000.0, 0.0), (1, 1, 1)
     memo = DeviceMemo()
-    got = single_growth(store, rows, request, mix, store.state(rows, mix), weights, need, memo)
-    assert computed == [2]  # two device states among five nodes
+    got = single_growth(store, rows, request, mix, weights, need, memo)
+    assert computed == [("device", 2), ("bases", 2)]  # two device states among five nodes
     assert np.isinf(got[3]) and np.isfinite(got[0])  # 1000 milli CPU free cannot take a pod of 2000
     computed.clear()
-    single_growth(store, rows[:3], request, mix, store.state(rows[:3], mix), weights, need, memo)
+    single_growth(store, rows[:3], request, mix, weights, need, memo)
     assert computed == []
     mix2 = _mix(store, 2, random.Random(8))
-    single_growth(store, rows, request, mix2, store.state(rows, mix2), weights, need, memo)
-    assert computed == [2]  # a new mix: every state again
+    assert set(mix2.base_keys) - set(mix.base_keys)  # (the second mix has bases the first has not)
+    single_growth(store, rows, request, mix2, weights, need, memo)
+    assert computed == [("bases", 2)]  # a new mix: the states are kept, their figures for its bases computed
+    computed.clear()
+    single_growth(store, rows, request, _mix(store, 3, random.Random(7)), weights, need, memo)
+    assert computed == []  # a mix of known bases: nothing computed
     monkeypatch.undo()
     assert np.array_equal(got, _direct(store, rows, request, mix, weights, need))
 
@@ -131,10 +148,10 @@ def test_renumbering_starts_the_memo_afresh(monkeypatch: Any) -> None:
     mix = _mix(store, 1, rng)
     request, need, weights = Shape("ACME", 1, 20, 0, 20), (0.0, 0.0), (1, 1, 1)
     memo = DeviceMemo()
-    single_growth(store, rows, request, mix, store.state(rows, mix), weights, need, memo)
+    single_growth(store, rows, request, mix, weights, need, memo)
     epoch = store.epoch
     nodes[0] = _Node([_device(0, 800, "ACME-X1")], 64000.0)  # a fourth state: the numbering starts afresh
     store.refresh(rows, np.array([4, 2, 3]), nodes)
     assert store.epoch == epoch + 1 and (store.device_id[rows] >= 0).all()
-    got = single_growth(store, rows, request, mix, store.state(rows, mix), weights, need, memo)
+    got = single_growth(store, rows, request, mix, weights, need, memo)
     assert np.array_equal(got, _direct(store, rows, request, mix, weights, need))

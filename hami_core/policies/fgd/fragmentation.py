@@ -17,6 +17,7 @@ Everything is numpy over ``(classes, rows, devices)`` at once; absent devices ar
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -27,7 +28,7 @@ from hami_core.plugins.types import MEM_PERCENTAGE_UNSET, DeviceUsage
 
 __all__ = ["FULL", "SELECT_MODES", "WEIGHT_FREE_SELECTS", "DeviceArrays", "Mix", "MixState", "class_deltas",
            "column_deltas", "device_growth", "fgd_device_order", "fragmentation", "host_class_deltas", "host_growth",
-           "placement_delta"]
+           "order_by_growth", "order_without_choice", "placement_delta", "spec_of", "usable_devices"]
 
 FULL = 1000.0
 #: How the device for a placement is picked: as the GPU policy's fit would (``binpack``: the busiest
@@ -311,7 +312,7 @@ def device_growth(dev: DeviceArrays, request: Shape, mix: Mix, host_after: np.nd
     pod is there (default: unchanged); ``state`` the rows' :class:`MixState` if already known. With
     ``columns`` (one device per row) only that device is evaluated: both results are ``(rows, 1)``.
     """
-    spec = _Spec.of([request], mix.types)
+    spec = spec_of(request, tuple(mix.types))
     if len(mix) and state is None:
         state = MixState.of(dev, mix)
     if columns is not None:
@@ -581,18 +582,81 @@ def fgd_device_order(devices: Sequence[DeviceUsage], request: Shape,
     equal growth in binpack order. Devices that cannot take the request keep their place at the front."""
     if not devices:
         return list(devices)
+    usable = usable_devices(devices, request)
+    if len(usable) <= 1:
+        return order_without_choice(devices, usable)
     types = sorted({d.type for d in devices})
     free = np.array([host_free], dtype=float)
     dev = DeviceArrays.build([devices], {t: i for i, t in enumerate(types)}, free)
-    usable = np.flatnonzero(_Spec.of([request], types).usable(dev, dev.used, dev.usedcores, dev.usedmem)[0][0])
-    if len(usable) <= 1:
-        # no choice to make (a node the fit rejects, as every node a failing pod is explained on, or one device
-        # left): the stable sort of the keys below puts the devices that cannot take it first, in their order
-        last = int(usable[0]) if len(usable) else -1
-        return [d for i, d in enumerate(devices) if i != last] + ([devices[last]] if last >= 0 else [])
     delta, inc = device_growth(dev, request, _mix_of(tuple(classes), tuple(types)), free - np.asarray(host_need, float))
     key = _selection_key(dev, inc, delta, "fgd", weights)[0, :len(devices)]
     return [devices[i] for i in np.argsort(key, kind="stable")]
+
+
+def order_without_choice(devices: Sequence[DeviceUsage], usable: list[int]) -> list[DeviceUsage]:
+    """:func:`fgd_device_order` where at most the device ``usable`` holds can take the request (a node the fit
+    rejects, as every node a failing pod is explained on, or one device left): the stable sort of its keys puts the
+    devices that cannot take it first, in their order."""
+    last = usable[0] if usable else -1
+    return [d for i, d in enumerate(devices) if i != last] + ([devices[last]] if last >= 0 else [])
+
+
+def order_by_growth(devices: Sequence[DeviceUsage], usable: list[int], delta: Sequence[float],
+                    weights: tuple[int, int, int]) -> list[DeviceUsage]:
+    """:func:`fgd_device_order` from each device's growth (``delta[i]``, rounded as :func:`device_growth` rounds
+    it; read only at ``usable``): the devices that cannot take the request first, in their order, then the others
+    by growth, most first, equal growth in binpack order (:func:`_selection_rank`: HAMi's device score, numa,
+    position, least first). The sort of :func:`_selection_key`'s keys, ``-delta x (G + 1) x 1e6 + rank``, in
+    plain Python: growths are multiples of 1e-6, so a step of growth outweighs every rank, and the binpack key
+    ``round(score x 1e6) x 1024 G + (numa + 1) G + position`` (integers, exact in float64) orders as the tuple
+    (score, numa, position); the device score is :func:`device_scores`'s arithmetic in the same order."""
+    def key(i: int) -> tuple[float, int, int, int]:
+        d = devices[i]
+        score = 10.0 * (weights[0] * (d.used / d.count if d.count > 0 else 0.0)
+                        + weights[1] * (d.usedcores / d.totalcore if d.totalcore > 0 else 0.0)
+                        + weights[2] * (d.usedmem / d.totalmem if d.totalmem > 0 else 0.0))
+        return -delta[i], round(score * 1e6), min(max(d.numa, -1), _NUMA_SPAN - 2) + 1, i
+
+    chosen = set(usable)
+    return [d for i, d in enumerate(devices) if i not in chosen] + [devices[i] for i in sorted(usable, key=key)]
+
+
+def usable_devices(devices: Sequence[DeviceUsage], request: Shape) -> list[int]:
+    """The positions of the devices that could take one device of ``request``: :meth:`_Spec.usable` device by
+    device in plain Python (a node's few devices cost less so than building its arrays). The same tests on the same
+    figures: comparisons of integers (exact as float64 too) and the percentage's ``floor(total x pct / 100)``
+    in float arithmetic, as numpy does it (``tests/engine/test_fgd_order.py`` holds both equal)."""
+    cores = float(min(request.cores, 100))
+    memreq = float(request.memreq)
+    pct = float(_base_key(request)[2])
+    typed = bool(request.use_types or request.nouse_types)
+    out = []
+    for j, d in enumerate(devices):
+        if not d.health or not d.used < d.count:
+            continue
+        totalmem, totalcore = float(d.totalmem), float(d.totalcore)
+        need = memreq if memreq > 0 else (math.floor(totalmem * max(pct, 0.0) / 100) if pct >= 0 else 0.0)
+        if not totalmem - d.usedmem >= need or not totalcore - d.usedcores >= cores:
+            continue
+        if cores >= 100 and totalcore == 100 and d.used > 0:
+            continue  # a whole card asked of a busy one
+        if cores == 0 and totalcore != 0 and d.usedcores >= totalcore:
+            continue  # no cores asked of a card whose cores are exhausted
+        if typed and not request.accepts(d.type):
+            continue
+        out.append(j)
+    return out
+
+
+@functools.lru_cache(maxsize=256)
+def spec_of(request: Shape, types: tuple[str, ...]) -> _Spec:
+    """``_Spec.of([request], types)``, built once per request and type list (a pod's request is one of few shapes,
+    and numpy arrays cost microseconds each to build). Its arrays are read-only: they are shared."""
+    spec = _Spec.of([request], types)
+    for a in (spec.cores, spec.memreq, spec.pct, spec.type_ok):
+        if a is not None:
+            a.setflags(write=False)
+    return spec
 
 
 @functools.lru_cache(maxsize=16)

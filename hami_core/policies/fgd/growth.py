@@ -17,15 +17,18 @@ from typing import Any
 import numpy as np
 
 from hami_core.engine.workload import Shape
-from hami_core.plugins.types import NodeBatch
-from hami_core.policies.fgd.devmemo import DeviceMemo, single_growth
+from hami_core.plugins.types import DeviceUsage, NodeBatch
+from hami_core.policies.fgd.devmemo import DeviceMemo, device_deltas, single_growth
 from hami_core.policies.fgd.fragmentation import (
     WEIGHT_FREE_SELECTS,
     Mix,
     class_deltas,
     column_deltas,
     host_class_deltas,
+    order_by_growth,
+    order_without_choice,
     placement_delta,
+    usable_devices,
 )
 from hami_core.policies.fgd.mix import Workload
 from hami_core.policies.fgd.rowmemo import RowMemo
@@ -173,6 +176,10 @@ class _ClassCache(_Cache):
 _FIXED = 1e10
 
 
+#: :meth:`FgdState._device_memo` sums its memos' bytes once in this many uses.
+_MEMO_CHECK = 256
+
+
 def _columns(rows: np.ndarray) -> np.ndarray | slice:
     """``rows`` as a slice when they are ``0..n-1`` in order (a batch of every node), else as they are."""
     n = len(rows)
@@ -229,9 +236,9 @@ class FgdState:
         #: bytes the growth memos (:mod:`.rowmemo`) took since the last :meth:`_evict`
         self._grown = 0
         #: select ``fgd``: the device half of one-device requests' growth (:mod:`.devmemo`), per (backend, request,
-        #: weights), for the backend's current mix only (a new mix drops them)
+        #: weights), across mix versions
         self._device_memos: dict[tuple[str, Shape, tuple[int, int, int]], DeviceMemo] = {}
-        self._device_memo_mix: dict[str, Mix] = {}
+        self._memo_uses = 0
 
     def growth(self, batch: NodeBatch, workload: Workload, select: str, weights: tuple[int, int, int],
                host: tuple[int, int]) -> np.ndarray:
@@ -425,8 +432,7 @@ class FgdState:
                 def compute(at: np.ndarray, store: RowStore = store, mix: Mix = mix, shape: Shape = shape,
                             need: tuple[int, int] = need) -> np.ndarray:
                     if select == "fgd" and shape.nums == 1:  # the device half shared by requests alike (devmemo)
-                        return single_growth(store, at, shape, mix, store.state(at, mix), weights, need,
-                                             self._device_memo(shape, weights, mix))
+                        return single_growth(store, at, shape, mix, weights, need, self._device_memo(shape, weights))
                     return placement_delta(store.view(at), shape, mix, select=select, weights=weights,
                                            host_need=need, state=store.state(at, mix))
 
@@ -439,17 +445,50 @@ class FgdState:
                 self._evict()
         return cache.value[rows]
 
-    def _device_memo(self, shape: Shape, weights: tuple[int, int, int], mix: Mix) -> DeviceMemo:
-        """The :class:`DeviceMemo` of ``shape`` under ``mix``, its backend's current mix (older mixes' are dropped)."""
-        backend = shape.backend
-        if self._device_memo_mix.get(backend) is not mix:
-            self._device_memo_mix[backend] = mix
-            for key in [k for k in self._device_memos if k[0] == backend]:
-                del self._device_memos[key]
-        memo = self._device_memos.get((backend, shape, weights))
+    def _device_memo(self, shape: Shape, weights: tuple[int, int, int]) -> DeviceMemo:
+        """The :class:`DeviceMemo` of ``shape``, kept across mix versions. Together they hold at most a quarter of
+        ``cache_bytes`` (checked every :data:`_MEMO_CHECK` uses: summing them costs), all dropped past it."""
+        self._memo_uses += 1
+        if self._memo_uses >= _MEMO_CHECK:
+            self._memo_uses = 0
+            if sum(m.nbytes for m in self._device_memos.values()) > self.cache_bytes // 4:
+                self._device_memos.clear()
+        key = (shape.backend, shape, weights)
+        memo = self._device_memos.get(key)
         if memo is None:
-            memo = self._device_memos[(backend, shape, weights)] = DeviceMemo()
+            memo = self._device_memos[key] = DeviceMemo()
         return memo
+
+    # ------------------------------------------------------------------------------------ device order
+    def device_order(self, node: Any, backend: str, shape: Shape, host: tuple[int, int], weights: tuple[int, int, int],
+                     workload: Workload, ordered: Sequence[DeviceUsage]) -> list[DeviceUsage] | None:
+        """:func:`~.fragmentation.fgd_device_order` of ``ordered`` (``node``'s devices of ``backend`` as they are,
+        in the GPU policy's order) from the row store and the device memo the growth filled (:mod:`.devmemo`): the
+        growth of every device of the node's row, its device half usually known already. None where the store
+        cannot answer: a row not built at the node's current table stamp, one mixing device types, an empty mix,
+        or devices the store finds usable that the fit does not."""
+        usable = usable_devices(ordered, shape)
+        if len(usable) <= 1:
+            return order_without_choice(ordered, usable)
+        store = self.stores.get(backend)
+        table, row = getattr(node, "table", None), getattr(node, "row", -1)
+        if (store is None or table is None or not 0 <= row < len(store.stamp) or row in table.dirty
+                or store.stamp[row] != table.generation[row]):
+            return None
+        mix = store.mix_for(workload.version, workload.for_backend(backend))
+        rows = np.array([row], dtype=np.intp)
+        weighted, row_type, mixed = store.row_figures(rows, mix)
+        if mixed[0] or not len(mix):
+            return None
+        inc, delta, _, _ = device_deltas(store, rows, shape, mix, weights, host, self._device_memo(shape, weights),
+                                         weighted, row_type)
+        column = {id(d): j for j, d in enumerate(node.devices.get(backend, ()))}
+        at = [column.get(id(d), -1) for d in ordered]
+        can = inc[0].tolist()
+        if -1 in at or sum(can) != len(usable) or not all(can[at[i]] for i in usable):
+            return None
+        growth = delta[0].tolist()
+        return order_by_growth(ordered, usable, [growth[j] for j in at], weights)
 
     # ------------------------------------------------------------------------------------ shared
     def compute(self, rows: np.ndarray, stamps: np.ndarray, nodes: Sequence[Any], shapes: Sequence[Shape],

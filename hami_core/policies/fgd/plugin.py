@@ -25,8 +25,9 @@ from hami_core.plugins.hookspecs import hookimpl
 from hami_core.plugins.types import DeviceRequest, DeviceUsage, GpuPolicy, NodeBatch, PolicyInfo
 from hami_core.policies.fgd.config import SECTION, FgdConfig
 from hami_core.policies.fgd.fragmentation import fgd_device_order
+from hami_core.policies.fgd.growth import FgdState
 from hami_core.policies.fgd.mix import Workload, WorkloadModel
-from hami_core.policies.fgd.score import node_scores, score_scale
+from hami_core.policies.fgd.score import CACHE_KEY, node_scores, score_scale
 
 __all__ = ["NAME", "FgdEngineState", "engine_state", "hami_observe_pod", "hami_order_devices", "hami_policy_setup",
            "hami_prescore_nodes", "hami_scheduling_policies", "hami_score_defaults"]
@@ -47,6 +48,9 @@ class FgdEngineState:
     current: Workload
     #: the ``hami_score_defaults`` answer and the snapshot it was made for
     defaults: tuple[Workload, dict[str, ScorerDefaults]] | None = None
+    #: the engine's plugin cache (``NodeBatch.cache``) the node policy's growth is kept in, once it scored: the
+    #: device order reads the growth's row stores and device memos from it
+    cache: dict[str, Any] | None = None
 
     @classmethod
     def of(cls, config: FgdConfig) -> FgdEngineState:
@@ -111,7 +115,11 @@ def hami_order_devices(node: Any, request: DeviceRequest, shape: Shape | None, h
     cached = node.order_cache.get(key) if unchanged else None
     if cached is not None and cached[0] == node.generation:
         return cached[1]  # type: ignore[no-any-return]
-    result = fgd_device_order(ordered, shape, classes, free, host, policy.weights)
+    growth = own.cache.get(CACHE_KEY) if unchanged and own.cache is not None else None
+    result = growth.device_order(node, backend, shape, host, policy.weights, workload, ordered) \
+        if isinstance(growth, FgdState) else None
+    if result is None:
+        result = fgd_device_order(ordered, shape, classes, free, host, policy.weights)
     if unchanged:
         node.order_cache[key] = (node.generation, result)
     return result
@@ -121,6 +129,9 @@ def hami_order_devices(node: Any, request: DeviceRequest, shape: Shape | None, h
 def hami_prescore_nodes(pod: Mapping[str, Any], batch: NodeBatch, policy: GpuPolicy) -> np.ndarray | None:
     if policy.node != NAME:
         return None
+    own = _state(batch.workload)
+    if own is not None and batch.cache is not None:
+        own.cache = batch.cache
     return node_scores(pod, batch, policy, _workload(batch.workload))
 
 

@@ -131,6 +131,16 @@ class RowStore:
         self._rebuild(rows, mix)
         return self._take(rows)
 
+    def row_figures(self, rows: np.ndarray, mix: Mix) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Of the rows' state under ``mix`` (the one :meth:`mix_for` returned): ``weighted``, ``row_type`` and
+        ``mixed`` alone (what a one-device request's growth reads besides its device figures, :mod:`.devmemo`):
+        three gathers instead of :meth:`state`'s nine."""
+        self._rebuild(rows, mix)
+        st = self._state
+        if st is None:
+            raise RuntimeError("RowStore.row_figures before the state was built")
+        return np.take(st.weighted, rows), np.take(st.row_type, rows), np.take(st.mixed, rows)
+
     def sub_state(self, rows: np.ndarray, mix: Mix, sub: Mix, classes: list[int],
                   cols: slice | None = None) -> MixState:
         """The rows' state under ``sub``, the :meth:`Mix.subset` of ``classes`` of ``mix`` (the one :meth:`mix_for`
