@@ -152,9 +152,12 @@ class DefragReplay(Replay):
         #: node whose devices could take a pod that is short of CPU or memory there
         self.hosted: dict[str, tuple[SimPod, str]] = {}
         self.hosted_on: dict[str, set[str]] = {}
-        #: within one attempt (:meth:`_survey`): each node's largest free card share, the placed pods that could go
-        #: elsewhere, and per card the share those pods hold there
-        self._largest = np.zeros(0)
+        #: within one attempt (:meth:`_survey`): each card's free share and type (nodes x cards), the card types
+        #: each ``use-gputype`` list accepts, the placed pods that could go elsewhere, and per card the share those
+        #: pods hold there
+        self._free = np.zeros((0, 0))
+        self._card_types = np.zeros((0, 0), dtype=object)
+        self._type_ok: dict[tuple[str, ...], np.ndarray] = {}
         self._mover: set[str] = set()
         self._movable_share: dict[str, float] = {}
 
@@ -525,16 +528,19 @@ class DefragReplay(Replay):
         return sorted(chosen)
 
     def _survey(self) -> None:
-        """What one attempt needs about the cluster as it is: each card's free milli and whether a slot is left,
-        each node's largest such free share, which placed pods could go elsewhere (:meth:`_has_room`), and per
-        card the share those pods hold there (the most a card can be emptied by, see :meth:`_closest_nodes`)."""
+        """What one attempt needs about the cluster as it is: each card's free milli (0 without a free slot or
+        health) and type, which placed pods could go elsewhere (:meth:`_has_room`), and per card the share those
+        pods hold there (the most a card can be emptied by, see :meth:`_closest_nodes`)."""
         self._room = {}
-        largest = np.zeros(len(self.names))
+        self._type_ok = {}
+        width = max((len(devs) for devs in self.devices), default=0)
+        free = np.full((len(self.names), width), -1.0)
+        types = np.full((len(self.names), width), "", dtype=object)
         for i, devs in enumerate(self.devices):
-            for d in devs:
-                if d.health and d.used < d.count:
-                    largest[i] = max(largest[i], FULL - self.device_share(d))
-        self._largest = largest
+            for j, d in enumerate(devs):
+                free[i, j] = FULL - self.device_share(d) if d.health and d.used < d.count else 0.0
+                types[i, j] = d.type.upper()
+        self._free, self._card_types = free, types
         self._mover = set()
         self._movable_share = {}
         for key, (task, _, _, _) in self.live.items():
@@ -551,36 +557,35 @@ class DefragReplay(Replay):
     def _has_room(self, task: SimPod) -> bool:
         """Is there, as things are, a node with room for the pod's CPU and memory and enough cards of its models
         with room for its share? A pod with nowhere to go is no victim (a model-constrained pod on a full model,
-        most often); cached per shape for one attempt. A one-card pod of any model is answered from each node's
-        largest free share (one array test), the others by a scan of the cards."""
+        most often); array tests on the survey's cards, cached per shape for one attempt."""
         shape = (task.klass, task.cpu_milli, task.memory_mib)
         if shape not in self._room:
-            if task.num_gpu <= 1 and not task.models:
-                self._room[shape] = bool(((self.cpu_free >= task.cpu_milli) & (self.mem_free >= task.memory_mib)
-                                          & (self._largest + 1e-9 >= task.per_gpu)).any())
-            else:
-                self._room[shape] = bool(self._closest_nodes(task, fitting=True))
+            cards = self._free + 1e-9 >= task.per_gpu
+            if task.models:
+                models = tuple(m.upper() for m in task.models)
+                if models not in self._type_ok:  # the engine's use-gputype rule: the card type contains an entry
+                    kinds = {t: any(m in t for m in models) for t in set(self._card_types.ravel().tolist())}
+                    self._type_ok[models] = np.vectorize(kinds.__getitem__, otypes=[bool])(self._card_types)
+                cards &= self._type_ok[models]
+            host = (self.cpu_free >= task.cpu_milli) & (self.mem_free >= task.memory_mib)
+            self._room[shape] = bool((host & (cards.sum(axis=1) >= max(task.num_gpu, 1))).any())
         return self._room[shape]
 
-    def _closest_nodes(self, task: SimPod, *, fitting: bool = False) -> list[tuple[str, dict[str, tuple[float, bool]]]]:
-        """The :data:`PENDING_NODES` nodes with room for the pod's CPU and memory that are the fewest device milli
-        short of fitting it, with the cards it would take there (those short the least) and what each is short
-        (a card whose slots are all taken counts one milli more: one pod must go). ``fitting``: instead, the first
-        node where it fits as things are (and no cards), or none."""
-        fits = (self.cpu_free >= task.cpu_milli) & (self.mem_free >= task.memory_mib)
-        if not fitting:  # victims may free CPU and memory too (:meth:`_victims`)
-            fits = np.ones_like(fits)
+    def _closest_nodes(self, task: SimPod) -> list[tuple[str, dict[str, tuple[float, bool]]]]:
+        """The :data:`PENDING_NODES` nodes the fewest device milli short of fitting the pod, with the cards it would
+        take there (those short the least, among the cards the survey's movable pods can empty enough) and what each
+        is short (a card whose slots are all taken counts one milli more: one pod must go). A node short of CPU or
+        memory ranks after those short of device milli alone (victims may free CPU and memory too, :meth:`_victims`)."""
         models = tuple(m.upper() for m in task.models)
         need, k = task.per_gpu, max(task.num_gpu, 1)
         scored: list[tuple[float, str, dict[str, tuple[float, bool]]]] = []
-        for i in np.flatnonzero(fits):
+        for i, devs in enumerate(self.devices):
             short: list[tuple[float, str, float, bool]] = []
-            for d in self.devices[int(i)]:
+            for d in devs:
                 if not d.health or (models and not any(m in d.type.upper() for m in models)):
                     continue
                 milli, slot = max(need - (FULL - self.device_share(d)), 0.0), d.used >= d.count
-                if not fitting and (milli > self._movable_share.get(d.id, 0.0) + 1e-9
-                                    or (slot and d.id not in self._movable_share)):
+                if milli > self._movable_share.get(d.id, 0.0) + 1e-9 or (slot and d.id not in self._movable_share):
                     continue  # the pods that could go elsewhere do not free enough of this card (survey)
                 short.append((milli + (1.0 if slot else 0.0), d.id, milli, slot))
             if len(short) < k:
@@ -588,15 +593,9 @@ class DefragReplay(Replay):
             short.sort()
             best = short[:k]
             total = sum(g for g, _, _, _ in best)
-            if fitting and total <= 0:  # the first node where it fits as things are
-                return [(self.names[int(i)], {})]
-            # a node short of CPU or memory for the pod ranks after those short of device milli alone
-            host = 0.0 if self.cpu_free[i] >= task.cpu_milli and self.mem_free[i] >= task.memory_mib else FULL
-            total += host
-            if total > 0 and not fitting:
-                scored.append((total, self.names[int(i)], {u: (m, sl) for _, u, m, sl in best}))
-        if fitting:
-            return []
+            total += 0.0 if self.cpu_free[i] >= task.cpu_milli and self.mem_free[i] >= task.memory_mib else FULL
+            if total > 0:
+                scored.append((total, self.names[i], {u: (m, sl) for _, u, m, sl in best}))
         scored.sort(key=lambda s: (s[0], s[1]))
         return [(name, gaps) for _, name, gaps in scored[:PENDING_NODES]]
 
