@@ -105,24 +105,23 @@ def test_alike_devices_are_computed_once_whatever_the_host(monkeypatch: Any) -> 
     store.refresh(rows, np.arange(1, len(nodes) + 1, dtype=np.int64), nodes)
     assert len(set(store.device_id[:4].tolist())) == 1 and store.device_id[4] != store.device_id[0]
     computed: list[tuple[str, int]] = []
-    real_device, real_base = DeviceMemo._device_half, DeviceMemo._base_half
+    real_states, real_bases = DeviceMemo._compute, DeviceMemo._base_half
 
-    def device_half(self: DeviceMemo, store: RowStore, at: np.ndarray, *args: Any) -> None:
-        computed.append(("device", len(at)))
-        real_device(self, store, at, *args)
+    def states(self: DeviceMemo, store: RowStore, at: np.ndarray, *args: Any) -> None:
+        computed.append(("states", len(at)))
+        real_states(self, store, at, *args)
 
-    def base_half(self: DeviceMemo, store: RowStore, at: np.ndarray, request: Shape, mix: Any, bases: np.ndarray,
-                  states: np.ndarray) -> None:
+    def bases(self: DeviceMemo, store: RowStore, at: np.ndarray, *args: Any) -> None:
         computed.append(("bases", len(at)))
-        real_base(self, store, at, request, mix, bases, states)
+        real_bases(self, store, at, *args)
 
-    monkeypatch.setattr(DeviceMemo, "_device_half", device_half)
-    monkeypatch.setattr(DeviceMemo, "_base_half", base_half)
+    monkeypatch.setattr(DeviceMemo, "_compute", states)
+    monkeypatch.setattr(DeviceMemo, "_base_half", bases)
     mix = _mix(store, 1, random.Random(7))
     request, need, weights = Shape("ACME", 1, 30, 0, 30), (2000.0, 0.0), (1, 1, 1)
     memo = DeviceMemo()
     got = single_growth(store, rows, request, mix, weights, need, memo)
-    assert computed == [("device", 2), ("bases", 2)]  # two device states among five nodes
+    assert computed == [("states", 2)]  # two device states among five nodes
     assert np.isinf(got[3]) and np.isfinite(got[0])  # 1000 milli CPU free cannot take a pod of 2000
     computed.clear()
     single_growth(store, rows[:3], request, mix, weights, need, memo)

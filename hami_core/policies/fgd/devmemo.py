@@ -21,6 +21,7 @@ import numpy as np
 
 from hami_core.engine.workload import Shape
 from hami_core.policies.fgd.fragmentation import (
+    DeviceArrays,
     Mix,
     _host_fits,
     _Post,
@@ -137,14 +138,14 @@ class DeviceMemo:
             self.slot_of = np.concatenate([self.slot_of, np.full(max(top, 2 * len(self.slot_of)) - len(self.slot_of),
                                                                  -1, dtype=np.intp)])
         at = self.slot_of[ids]
+        bases = self._base_slots(mix)
         if (at < 0).any():
             fresh, first = np.unique(ids[at < 0], return_index=True)
             where = np.flatnonzero(at < 0)[first]
             start = self._grow(len(fresh))
             self.slot_of[fresh] = np.arange(start, start + len(fresh))
-            self._device_half(store, rows[where], request, tuple(mix.types), weights, start)
+            self._compute(store, rows[where], request, mix, bases, weights, start)
             at = self.slot_of[ids]
-        bases = self._base_slots(mix)
         lack = ~self.e_have[at]
         if lack.any():
             states, first = np.unique(at[lack], return_index=True)
@@ -173,10 +174,12 @@ class DeviceMemo:
         np.take(self.e, at, axis=1, out=out, mode="clip")  # valid slots: "clip" avoids a copy
         return out
 
-    def _device_half(self, store: RowStore, rows: np.ndarray, request: Shape, types: tuple[str, ...],
-                     weights: tuple[int, int, int], start: int) -> None:
+    def _compute(self, store: RowStore, rows: np.ndarray, request: Shape, mix: Mix, bases: np.ndarray,
+                 weights: tuple[int, int, int], start: int) -> None:
+        """The figures of new states (``rows``: one of each, their slots from ``start``): device half and
+        ``mix``'s bases at once (one view of the rows, one booking)."""
         dev = store.view(rows)
-        spec = spec_of(request, types)
+        spec = spec_of(request, tuple(mix.types))
         inc = spec.usable(dev, dev.used, dev.usedcores, dev.usedmem)[0]
         post = _Post(dev, spec.need(dev.totalmem)[0], float(spec.cores[0, 0, 0]))
         end = start + len(rows)
@@ -185,12 +188,15 @@ class DeviceMemo:
         self.t2[start:end] = post.share.sum(axis=1)[:, None] - post.share + post.post_share
         self.inc[start:end] = inc
         self.rank[start:end] = _selection_rank(dev, inc, weights)
+        self._bases_of(dev, post, mix, bases, np.arange(start, end))
 
     def _base_half(self, store: RowStore, rows: np.ndarray, request: Shape, mix: Mix, bases: np.ndarray,
                    states: np.ndarray) -> None:
         dev = store.view(rows)
         spec = spec_of(request, tuple(mix.types))
-        post = _Post(dev, spec.need(dev.totalmem)[0], float(spec.cores[0, 0, 0]))
+        self._bases_of(dev, _Post(dev, spec.need(dev.totalmem)[0], float(spec.cores[0, 0, 0])), mix, bases, states)
+
+    def _bases_of(self, dev: DeviceArrays, post: _Post, mix: Mix, bases: np.ndarray, states: np.ndarray) -> None:
         # as fragmentation._growth_by_base, on the figures MixState.of keeps per base (Mix.counts)
         base_spec: _Spec = mix.base_spec
         ub = base_spec.usable(dev, dev.used, dev.usedcores, dev.usedmem)  # (B, R, G)
