@@ -106,6 +106,8 @@ class DefragStats:
     moves: int = 0
     #: of ``moves``: pods without devices moved to free a node's CPU or memory (``pending``)
     host_moves: int = 0
+    #: of ``moves``: pods moved to make way for another moved pod (the second hop, ``pending``)
+    way_moves: int = 0
     #: pods that fitted nowhere and were placed after moves (``pending``)
     rescued: int = 0
     attempts: int = 0
@@ -127,7 +129,7 @@ class DefragStats:
     def as_json(self, spec: DefragSpec) -> dict[str, Any]:
         pct = self.moved_percent_at_100
         return {"at": spec.label(), "budget_percent": spec.percent, "moves": self.moves,
-                "host_moves": self.host_moves, "rescued": self.rescued,
+                "host_moves": self.host_moves, "way_moves": self.way_moves, "rescued": self.rescued,
                 "attempts": self.attempts, "moves_at_100": self.moves_at_100, "running_at_100": self.running_at_100,
                 "moved_percent_at_100": None if pct is None else round(pct, 3),
                 "points": [{"arrived": a, "moves": m, "gpus_freed": g} for a, m, g in self.points],
@@ -158,6 +160,15 @@ class DefragReplay(Replay):
         self._free = np.zeros((0, 0))
         self._card_types = np.zeros((0, 0), dtype=object)
         self._type_ok: dict[tuple[str, ...], np.ndarray] = {}
+        #: ... the one-card pods that have room only two hops away, each card's pods with room elsewhere, each
+        #: card's (node, position), the share each card would have free once those pods moved, and a cache
+        self._hop: set[str] = set()
+        #: pods chosen to make way for a two-hop victim (counted as ``way_moves`` once their step is kept)
+        self._ways: set[str] = set()
+        self._movers_on: dict[str, list[tuple[str, float]]] = {}
+        self._card_at: dict[str, tuple[int, int]] = {}
+        self._opened = np.zeros((0, 0))
+        self._hop_room: dict[tuple[Any, int, int], bool] = {}
         self._mover: set[str] = set()
         self._movable_share: dict[str, float] = {}
 
@@ -353,6 +364,7 @@ class DefragReplay(Replay):
             self._undo(evicted, originals, redone)
             return False
         self.stats.moves += len(keys)
+        self.stats.way_moves += sum(1 for k in keys if k in self._ways)
         self._hopeless.clear()
         return True
 
@@ -478,7 +490,7 @@ class DefragReplay(Replay):
         on_card: dict[str, list[tuple[str, float]]] = {}
         others: list[str] = []  # movable pods on the node's other cards (for its CPU and memory)
         for booking in self.engine.ledger.on_node(node):
-            if booking.key not in self._mover:
+            if booking.key not in self._mover and booking.key not in self._hop:
                 continue
             share = float(self.live[booking.key][0].per_gpu)
             mine = False
@@ -523,6 +535,17 @@ class DefragReplay(Replay):
                 mem_short -= self.live[k][0].memory_mib
             if cpu_short > 0 or mem_short > 0:
                 return None
+        # two-hop victims: the pods that make way for them on another card go too
+        avoid = {d.id for d in self.devices[i]}
+        spent: dict[str, float] = {}
+        for key in sorted(k for k in chosen if k in self._hop):
+            way = self._make_way(key, avoid, chosen, spent)
+            if way is None:
+                return None
+            card, pods = way
+            chosen.update(pods)
+            self._ways.update(pods)
+            spent[card] = spent.get(card, 0.0) + float(self.live[key][0].per_gpu)
         if not chosen or len(chosen) > left:
             return None
         return sorted(chosen)
@@ -542,17 +565,89 @@ class DefragReplay(Replay):
                 types[i, j] = d.type.upper()
         self._free, self._card_types = free, types
         self._mover = set()
+        self._hop = set()
+        self._ways = set()
         self._movable_share = {}
+        self._movers_on = {}
+        self._card_at = {d.id: (i, j) for i, devs in enumerate(self.devices) for j, d in enumerate(devs)}
+        cards: dict[str, list[str]] = {}
         for key, (task, _, _, _) in self.live.items():
-            if not self.movable(key) or not self._has_room(task):
-                continue
-            booking = self.engine.ledger.get(key)
+            booking = self.engine.ledger.get(key) if self.movable(key) else None
             if booking is None:
                 continue
-            self._mover.add(key)
-            for devs in booking.devices.values():
-                for d in devs:
-                    self._movable_share[d.uuid] = self._movable_share.get(d.uuid, 0.0) + float(task.per_gpu)
+            cards[key] = [d.uuid for devs in booking.devices.values() for d in devs]
+            if self._has_room(task):
+                self._mover.add(key)
+                for uuid in cards[key]:
+                    self._movable_share[uuid] = self._movable_share.get(uuid, 0.0) + float(task.per_gpu)
+                    self._movers_on.setdefault(uuid, []).append((key, float(task.per_gpu)))
+        # two hops: a one-card pod with no room as things are may go to a card that moving pods of the first kind
+        # off would open enough (the card's free share plus what those pods hold there)
+        opened = self._free.copy()
+        for uuid, share in self._movable_share.items():
+            i, j = self._card_at[uuid]
+            opened[i, j] += share
+        self._opened = opened
+        self._hop_room = {}
+        for key, uuids in cards.items():
+            task = self.live[key][0]
+            if key in self._mover or task.num_gpu != 1 or not self._hop_fits(task):
+                continue
+            self._hop.add(key)
+            for uuid in uuids:
+                self._movable_share[uuid] = self._movable_share.get(uuid, 0.0) + float(task.per_gpu)
+
+    def _cards_for(self, task: SimPod) -> np.ndarray:
+        """The survey's cards (nodes x cards) of a type the pod accepts (the engine's use-gputype rule: the card
+        type contains an entry)."""
+        models = tuple(m.upper() for m in task.models)
+        if not models:
+            return np.ones(self._free.shape, dtype=bool)
+        if models not in self._type_ok:
+            kinds = {t: any(m in t for m in models) for t in set(self._card_types.ravel().tolist())}
+            self._type_ok[models] = np.vectorize(kinds.__getitem__, otypes=[bool])(self._card_types)
+        return self._type_ok[models]
+
+    def _hop_fits(self, task: SimPod) -> bool:
+        """Could the one-card pod go to some card once the pods there with room elsewhere move (the survey's
+        ``opened`` share), on a node with room for its CPU and memory? Cached per shape for one attempt."""
+        shape = (task.klass, task.cpu_milli, task.memory_mib)
+        if shape not in self._hop_room:
+            host = (self.cpu_free >= task.cpu_milli) & (self.mem_free >= task.memory_mib)
+            cards = (self._opened + 1e-9 >= task.per_gpu) & self._cards_for(task)
+            self._hop_room[shape] = bool((cards.any(axis=1) & host).any())
+        return self._hop_room[shape]
+
+    def _make_way(self, victim: str, avoid: set[str], taken: set[str],
+                  spent: dict[str, float]) -> tuple[str, list[str]] | None:
+        """For a two-hop victim: the fewest pods with room elsewhere on one card (not in ``avoid``, on a node with
+        room for the victim's CPU and memory) whose moving leaves the card room for it; ``taken``: pods already
+        moved, ``spent``: share already promised per card to earlier victims. (The card, those pods), or ``None``."""
+        task = self.live[victim][0]
+        need = float(task.per_gpu)
+        host = (self.cpu_free >= task.cpu_milli) & (self.mem_free >= task.memory_mib)
+        ok = (self._opened + 1e-9 >= need) & self._cards_for(task) & host[:, None]
+        best: tuple[int, float, str, list[str]] | None = None
+        for i, j in zip(*np.nonzero(ok), strict=True):
+            d = self.devices[int(i)][int(j)]
+            if d.id in avoid:
+                continue
+            room = self._free[i, j] - spent.get(d.id, 0.0)
+            pods = sorted(((k, sh) for k, sh in self._movers_on.get(d.id, ()) if k not in taken),
+                          key=lambda e: (-e[1], e[0]))
+            picked: list[str] = []
+            for k, sh in pods:
+                if room + 1e-9 >= need:
+                    break
+                picked.append(k)
+                room += sh
+            if room + 1e-9 >= need and (best is None or (len(picked), -room) < (best[0], -best[1])):
+                best = (len(picked), room, d.id, picked)
+                if not picked:
+                    break
+        if best is None:
+            return None
+        return best[2], best[3]
 
     def _has_room(self, task: SimPod) -> bool:
         """Is there, as things are, a node with room for the pod's CPU and memory and enough cards of its models
@@ -560,13 +655,7 @@ class DefragReplay(Replay):
         most often); array tests on the survey's cards, cached per shape for one attempt."""
         shape = (task.klass, task.cpu_milli, task.memory_mib)
         if shape not in self._room:
-            cards = self._free + 1e-9 >= task.per_gpu
-            if task.models:
-                models = tuple(m.upper() for m in task.models)
-                if models not in self._type_ok:  # the engine's use-gputype rule: the card type contains an entry
-                    kinds = {t: any(m in t for m in models) for t in set(self._card_types.ravel().tolist())}
-                    self._type_ok[models] = np.vectorize(kinds.__getitem__, otypes=[bool])(self._card_types)
-                cards &= self._type_ok[models]
+            cards = (self._free + 1e-9 >= task.per_gpu) & self._cards_for(task)
             host = (self.cpu_free >= task.cpu_milli) & (self.mem_free >= task.memory_mib)
             self._room[shape] = bool((host & (cards.sum(axis=1) >= max(task.num_gpu, 1))).any())
         return self._room[shape]

@@ -132,6 +132,22 @@ def test_pending_moves_a_pod_without_devices_off_a_node_short_of_cpu() -> None:
     assert replay is not None and replay.stats.moves == 0 and kept.failed == 1
 
 
+@pytest.mark.parametrize(("case", "policy"), [(3, "spread"), (30, "spread"), (34, "binpack")])
+def test_a_victim_with_no_room_goes_where_another_move_makes_way(case: int, policy: str) -> None:
+    # three one-card nodes and random one-card shares (cases where the rescue needs a second hop): a victim that
+    # fits no card as things are goes to a card that moving a pod with room elsewhere opens enough
+    rng = random.Random(case)
+    tasks = [_task(f"p{i}", rng.choice((100, 200, 300, 400, 500, 600, 700, 800, 1000)), 1, cpu=1000)
+             for i in range(rng.choice((8, 10, 12, 16)))]
+    plain, _ = _run(tasks, None, policy=policy, nodes=3, gpus=1)
+    moved, replay = _run(tasks, DefragSpec(pending=True, percent=100), policy=policy, nodes=3, gpus=1)
+    assert replay is not None and replay.stats.way_moves >= 1
+    assert moved.ratio_at_100 is not None and plain.ratio_at_100 is not None
+    assert moved.ratio_at_100 > plain.ratio_at_100
+    assert moved.defrag is not None and moved.defrag["way_moves"] == replay.stats.way_moves
+    _check_books(replay, tasks)
+
+
 def test_the_budget_is_respected() -> None:
     # 25 % of 4 running pods is one move; at the second failure 25 % of 5 is still one: one rescue, not two
     moved, replay = _run(_halves_then_wholes(), DefragSpec(pending=True, percent=25))
