@@ -391,7 +391,7 @@ def run(args: argparse.Namespace) -> int:
         print_single(console, runs[0].engine, runs[0], header)
     else:
         console.print(header)
-    console.print(summary_table(runs, paper=PAPER.get(trace), bounds=bounds))
+    console.print(summary_table(runs, paper=PAPER.get(trace), bounds=bounds, moves=moves))
     for path in (args.report, args.html, args.mix_out):
         if path:
             console.print(f"wrote {path}")

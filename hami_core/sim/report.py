@@ -108,7 +108,7 @@ def ceiling(runs: Sequence[RunResult], bounds: Sequence[Bound] | None) -> tuple[
 
 
 def summary_table(runs: Sequence[RunResult], *, paper: Mapping[str, float] | None = None,
-                  bounds: Sequence[Bound] | None = None) -> Table:
+                  bounds: Sequence[Bound] | None = None, moves: Sequence[float | None] | None = None) -> Table:
     summary = summarize(runs)
     seeded = any(r.seed is not None for r in runs)
     table = Table(title="Policies compared" + (" (mean over seeds)" if seeded else ""),
@@ -127,6 +127,10 @@ def summary_table(runs: Sequence[RunResult], *, paper: Mapping[str, float] | Non
         table.caption = (table.caption or "") + (
             f"; ceiling: upper bound on alloc @100% for any placement of the same arrived pods ({', '.join(methods)} "
             "bound, hami simulate --bound), gap: points below it")
+    if bounds is not None and moves is not None:  # the ceiling for moves after the ceiling
+        cols[5:5] = ["moves ceiling"]
+        table.caption = (table.caption or "") + "; moves ceiling: the same keeping every pod the run placed (what " \
+            "no defragmenter can pass)"
     for col in cols:
         # a narrow terminal folds a long reason word rather than cutting it to "Card…" (the HTML shows it whole)
         table.add_column(col, justify="left" if col in ("policy", "top failures") else "right",
@@ -153,6 +157,9 @@ def summary_table(runs: Sequence[RunResult], *, paper: Mapping[str, float] | Non
         if bounds is not None:
             bound, gap = ceiling(by_policy[label], bounds)
             cells[3:3] = [_pct(bound), "-" if gap is None else f"{gap:.2f}"]
+            if moves is not None:
+                kept = [m for r, m in zip(runs, moves, strict=True) if r.policy == label and m is not None]
+                cells[5:5] = [_pct(sum(kept) / len(kept) if kept else None)]
         table.add_row(*cells)
     if paper:
         table.caption = (table.caption or "") + "\nPublished (Weng et al., ATC'23, mean of 10 seeds): " + ", ".join(

@@ -283,6 +283,8 @@ def test_tables_and_html_show_the_ceiling_and_the_gap(tmp_path: Path) -> None:
     summary = report["summary"]["binpack"]
     assert "ceiling" in terminal and "gap" in terminal and f"{summary['bound']:.2f}%" in terminal
     assert f"{summary['gap_to_bound']:.2f}" in terminal
+    assert "moves ceiling" in terminal and f"{summary['moves_bound']:.2f}%" in terminal
+    assert summary["gpu_allocation_ratio_at_100_stats"]["mean"] <= summary["moves_bound"] <= summary["bound"]
     page = render(report)
     assert f"binpack</b>: {summary['gap_to_bound']:.2f} points from the ceiling" in page
     assert "ceiling at 100 % demand" in page and "<h2>The ceiling</h2>" in page
