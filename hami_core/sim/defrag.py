@@ -3,14 +3,16 @@
 Two triggers, given as ``--defrag AT`` (a comma list, see :class:`DefragSpec`):
 
 * ``pending``: when a pod that asks for devices fits nowhere, make room for it at once (KAI scheduler's
-  *consolidation*): on the nodes closest to fitting it (the fewest device milli short on the cards it would take),
-  the engine's preemption search (:func:`hami_core.engine.preempt.choose_victims`) finds the fewest pods whose
-  removal lets it fit; they are evicted, the pod is placed, and each evicted pod's replacement is placed through the
-  engine's own fit and policy, as its owner's replacement would be. If a replacement fits nowhere the whole step is
-  undone and the next node is tried: a move never loses a pod and never over-allocates a device (every booking is a
-  decision of the engine's fit). This is the trigger that raises the allocation at 100 % arrived demand: the
-  protocol never retries a pod that failed, so room made *before* a pod arrives helps only if a later pod happens
-  to need it, while room made *for* the pod that would fail is used at once.
+  *consolidation*). A survey finds the placed pods that have room elsewhere as things are, and the one-card pods
+  that would have room two hops away (a card that moving pods of the first kind off opens enough). Then: pods
+  without devices move off a node whose devices could take the pod but whose CPU or memory is short; else, on the
+  nodes closest to fitting it (the fewest device milli short on the cards those pods can empty enough), the fewest
+  victims covering the shortfall (and the node's CPU and memory; for a two-hop victim, the pods that make way for
+  it) are evicted, the pod is placed, and each evicted pod's replacement is placed through the engine's own fit and
+  policy, as its owner's replacement would be. If a replacement fits nowhere the whole step is undone and the next
+  set is tried: a move never loses a pod and never over-allocates a device or a node (every booking is a decision
+  of the engine's fit). A rescue before the cluster is full changes which pods get the capacity rather than how
+  much is used; docs/defrag.md, "In the simulator", has the figures.
 * a percent (``70``): when the arrived GPU demand reaches that share of the capacity, run the planner of
   :mod:`hami_core.defrag.planner` on the replay's engine (whole devices freed, then FGD fragmentation cut), restricted
   to the least used devices so that it scales to the openb cluster, and apply its moves.
