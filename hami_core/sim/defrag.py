@@ -45,6 +45,7 @@ from hami_core.plugins.errors import AdmissionDenied, AdmissionFailed
 from hami_core.sim.errors import PolicyError
 from hami_core.sim.fragmentation import FULL
 from hami_core.sim.replay import INSUFFICIENT_CPU_MEMORY, Placed, Replay
+from hami_core.sim.survey import Survey
 from hami_core.sim.workload import SimPod
 
 PENDING = "pending"
@@ -150,29 +151,14 @@ class DefragReplay(Replay):
         self._points = list(defrag.points)
         #: pod shapes (class, CPU, memory) no move could help since the last move
         self._hopeless: set[tuple[Any, int, int]] = set()
-        #: within one attempt: whether a pod shape has somewhere to go
-        self._room: dict[tuple[Any, int, int], bool] = {}
         #: placed pods without devices (key -> task, node) and their keys per node: ``pending`` moves them off a
         #: node whose devices could take a pod that is short of CPU or memory there
         self.hosted: dict[str, tuple[SimPod, str]] = {}
         self.hosted_on: dict[str, set[str]] = {}
-        #: within one attempt (:meth:`_survey`): each card's free share and type (nodes x cards), the card types
-        #: each ``use-gputype`` list accepts, the placed pods that could go elsewhere, and per card the share those
-        #: pods hold there
-        self._free = np.zeros((0, 0))
-        self._card_types = np.zeros((0, 0), dtype=object)
-        self._type_ok: dict[tuple[str, ...], np.ndarray] = {}
-        #: ... the one-card pods that have room only two hops away, each card's pods with room elsewhere, each
-        #: card's (node, position), the share each card would have free once those pods moved, and a cache
-        self._hop: set[str] = set()
+        #: within one attempt: the cluster as it is (:meth:`_survey`)
+        self.survey = Survey([], {}, lambda key: None, np.zeros(0), np.zeros(0), self.device_share)
         #: pods chosen to make way for a two-hop victim (counted as ``way_moves`` once their step is kept)
         self._ways: set[str] = set()
-        self._movers_on: dict[str, list[tuple[str, float]]] = {}
-        self._card_at: dict[str, tuple[int, int]] = {}
-        self._opened = np.zeros((0, 0))
-        self._hop_room: dict[tuple[Any, int, int], bool] = {}
-        self._mover: set[str] = set()
-        self._movable_share: dict[str, float] = {}
 
     # ------------------------------------------------------------------------------------ budget
     def moves_left(self) -> int:
@@ -492,7 +478,7 @@ class DefragReplay(Replay):
         on_card: dict[str, list[tuple[str, float]]] = {}
         others: list[str] = []  # movable pods on the node's other cards (for its CPU and memory)
         for booking in self.engine.ledger.on_node(node):
-            if booking.key not in self._mover and booking.key not in self._hop:
+            if booking.key not in self.survey.movers and booking.key not in self.survey.hops:
                 continue
             share = float(self.live[booking.key][0].per_gpu)
             mine = False
@@ -540,8 +526,8 @@ class DefragReplay(Replay):
         # two-hop victims: the pods that make way for them on another card go too
         avoid = {d.id for d in self.devices[i]}
         spent: dict[str, float] = {}
-        for key in sorted(k for k in chosen if k in self._hop):
-            way = self._make_way(key, avoid, chosen, spent)
+        for key in sorted(k for k in chosen if k in self.survey.hops):
+            way = self.survey.make_way(key, avoid, chosen, spent)
             if way is None:
                 return None
             card, pods = way
@@ -553,114 +539,14 @@ class DefragReplay(Replay):
         return sorted(chosen)
 
     def _survey(self) -> None:
-        """What one attempt needs about the cluster as it is: each card's free milli (0 without a free slot or
-        health) and type, which placed pods could go elsewhere (:meth:`_has_room`), and per card the share those
-        pods hold there (the most a card can be emptied by, see :meth:`_closest_nodes`)."""
-        self._room = {}
-        self._type_ok = {}
-        width = max((len(devs) for devs in self.devices), default=0)
-        free = np.full((len(self.names), width), -1.0)
-        types = np.full((len(self.names), width), "", dtype=object)
-        for i, devs in enumerate(self.devices):
-            for j, d in enumerate(devs):
-                free[i, j] = FULL - self.device_share(d) if d.health and d.used < d.count else 0.0
-                types[i, j] = d.type.upper()
-        self._free, self._card_types = free, types
-        self._mover = set()
-        self._hop = set()
-        self._ways = set()
-        self._movable_share = {}
-        self._movers_on = {}
-        self._card_at = {d.id: (i, j) for i, devs in enumerate(self.devices) for j, d in enumerate(devs)}
-        cards: dict[str, list[str]] = {}
-        for key, (task, _, _, _) in self.live.items():
+        """The cluster as one attempt sees it (:class:`~hami_core.sim.survey.Survey`)."""
+
+        def cards_of(key: str) -> list[str] | None:
             booking = self.engine.ledger.get(key) if self.movable(key) else None
-            if booking is None:
-                continue
-            cards[key] = [d.uuid for devs in booking.devices.values() for d in devs]
-            if self._has_room(task):
-                self._mover.add(key)
-                for uuid in cards[key]:
-                    self._movable_share[uuid] = self._movable_share.get(uuid, 0.0) + float(task.per_gpu)
-                    self._movers_on.setdefault(uuid, []).append((key, float(task.per_gpu)))
-        # two hops: a one-card pod with no room as things are may go to a card that moving pods of the first kind
-        # off would open enough (the card's free share plus what those pods hold there)
-        opened = self._free.copy()
-        for uuid, share in self._movable_share.items():
-            i, j = self._card_at[uuid]
-            opened[i, j] += share
-        self._opened = opened
-        self._hop_room = {}
-        for key, uuids in cards.items():
-            task = self.live[key][0]
-            if key in self._mover or task.num_gpu != 1 or not self._hop_fits(task):
-                continue
-            self._hop.add(key)
-            for uuid in uuids:
-                self._movable_share[uuid] = self._movable_share.get(uuid, 0.0) + float(task.per_gpu)
+            return None if booking is None else [d.uuid for devs in booking.devices.values() for d in devs]
 
-    def _cards_for(self, task: SimPod) -> np.ndarray:
-        """The survey's cards (nodes x cards) of a type the pod accepts (the engine's use-gputype rule: the card
-        type contains an entry)."""
-        models = tuple(m.upper() for m in task.models)
-        if not models:
-            return np.ones(self._free.shape, dtype=bool)
-        if models not in self._type_ok:
-            kinds = {t: any(m in t for m in models) for t in set(self._card_types.ravel().tolist())}
-            self._type_ok[models] = np.vectorize(kinds.__getitem__, otypes=[bool])(self._card_types)
-        return self._type_ok[models]
-
-    def _hop_fits(self, task: SimPod) -> bool:
-        """Could the one-card pod go to some card once the pods there with room elsewhere move (the survey's
-        ``opened`` share), on a node with room for its CPU and memory? Cached per shape for one attempt."""
-        shape = (task.klass, task.cpu_milli, task.memory_mib)
-        if shape not in self._hop_room:
-            host = (self.cpu_free >= task.cpu_milli) & (self.mem_free >= task.memory_mib)
-            cards = (self._opened + 1e-9 >= task.per_gpu) & self._cards_for(task)
-            self._hop_room[shape] = bool((cards.any(axis=1) & host).any())
-        return self._hop_room[shape]
-
-    def _make_way(self, victim: str, avoid: set[str], taken: set[str],
-                  spent: dict[str, float]) -> tuple[str, list[str]] | None:
-        """For a two-hop victim: the fewest pods with room elsewhere on one card (not in ``avoid``, on a node with
-        room for the victim's CPU and memory) whose moving leaves the card room for it; ``taken``: pods already
-        moved, ``spent``: share already promised per card to earlier victims. (The card, those pods), or ``None``."""
-        task = self.live[victim][0]
-        need = float(task.per_gpu)
-        host = (self.cpu_free >= task.cpu_milli) & (self.mem_free >= task.memory_mib)
-        ok = (self._opened + 1e-9 >= need) & self._cards_for(task) & host[:, None]
-        best: tuple[int, float, str, list[str]] | None = None
-        for i, j in zip(*np.nonzero(ok), strict=True):
-            d = self.devices[int(i)][int(j)]
-            if d.id in avoid:
-                continue
-            room = self._free[i, j] - spent.get(d.id, 0.0)
-            pods = sorted(((k, sh) for k, sh in self._movers_on.get(d.id, ()) if k not in taken),
-                          key=lambda e: (-e[1], e[0]))
-            picked: list[str] = []
-            for k, sh in pods:
-                if room + 1e-9 >= need:
-                    break
-                picked.append(k)
-                room += sh
-            if room + 1e-9 >= need and (best is None or (len(picked), -room) < (best[0], -best[1])):
-                best = (len(picked), room, d.id, picked)
-                if not picked:
-                    break
-        if best is None:
-            return None
-        return best[2], best[3]
-
-    def _has_room(self, task: SimPod) -> bool:
-        """Is there, as things are, a node with room for the pod's CPU and memory and enough cards of its models
-        with room for its share? A pod with nowhere to go is no victim (a model-constrained pod on a full model,
-        most often); array tests on the survey's cards, cached per shape for one attempt."""
-        shape = (task.klass, task.cpu_milli, task.memory_mib)
-        if shape not in self._room:
-            cards = (self._free + 1e-9 >= task.per_gpu) & self._cards_for(task)
-            host = (self.cpu_free >= task.cpu_milli) & (self.mem_free >= task.memory_mib)
-            self._room[shape] = bool((host & (cards.sum(axis=1) >= max(task.num_gpu, 1))).any())
-        return self._room[shape]
+        self._ways = set()
+        self.survey = Survey(self.devices, self.live, cards_of, self.cpu_free, self.mem_free, self.device_share)
 
     def _closest_nodes(self, task: SimPod) -> list[tuple[str, dict[str, tuple[float, bool]]]]:
         """The :data:`PENDING_NODES` nodes the fewest device milli short of fitting the pod, with the cards it would
@@ -676,7 +562,8 @@ class DefragReplay(Replay):
                 if not d.health or (models and not any(m in d.type.upper() for m in models)):
                     continue
                 milli, slot = max(need - (FULL - self.device_share(d)), 0.0), d.used >= d.count
-                if milli > self._movable_share.get(d.id, 0.0) + 1e-9 or (slot and d.id not in self._movable_share):
+                movable = self.survey.movable_share
+                if milli > movable.get(d.id, 0.0) + 1e-9 or (slot and d.id not in movable):
                     continue  # the pods that could go elsewhere do not free enough of this card (survey)
                 short.append((milli + (1.0 if slot else 0.0), d.id, milli, slot))
             if len(short) < k:
