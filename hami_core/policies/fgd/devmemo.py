@@ -155,11 +155,14 @@ class DeviceMemo:
                 # are the same again)
                 self._base_half(store, rows[np.flatnonzero(lack)[first[missing]]], request, mix, bases,
                                 states[missing])
-            # as fragmentation._growth_by_base: what each group's strand gains where it still fits
+            # as fragmentation._growth_by_base: what each group's strand gains where it still fits (the states'
+            # columns gathered first, then the groups' bases: the same figures as one (groups, states) gather,
+            # about half the cost)
             _, group_base, group_nums = mix.groups
             gb = bases[group_base]
-            fits = self.n2[np.ix_(gb, states)] >= group_nums[:, None, None]  # (groups, states, G)
-            self.e[:, states] = np.where(fits, self.s2[np.ix_(gb, states)] - self.t2[states], 0.0)
+            n2, s2 = np.take(self.n2, states, axis=1), np.take(self.s2, states, axis=1)
+            fits = np.take(n2, gb, axis=0) >= group_nums[:, None, None]  # (groups, states, G)
+            self.e[:, states] = np.where(fits, np.take(s2, gb, axis=0) - np.take(self.t2, states, axis=0), 0.0)
             self.e_have[states] = True
         return at
 
