@@ -173,7 +173,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "demand that any placement of the same arrived pods could reach (needs --trace-nodes, "
                           "--trace-pods and scipy). METHOD: exact (the placement problem as an integer program, "
                           "small clusters), classes (a linear program over pod classes and node types) or auto (the "
-                          "default: exact when small); see docs/simulation.md, The ceiling")
+                          "default: exact when small). Each run also gets its ceiling for moves: the same bound "
+                          "keeping every pod the run placed, which no defragmenter can pass; see docs/simulation.md, "
+                          "The ceiling")
     out = parser.add_argument_group("output")
     out.add_argument("--report", metavar="PATH", help="write the JSON report here")
     out.add_argument("--html", metavar="PATH", help="write a self-contained HTML report with charts here")
