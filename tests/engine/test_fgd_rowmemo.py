@@ -167,30 +167,6 @@ def test_distinct_is_exact_when_hashes_collide(monkeypatch: Any) -> None:
     assert len(first) == 3 and inverse[0] == inverse[2] != inverse[1]
 
 
-@pytest.mark.parametrize("seed", range(8))
-def test_distinct_of_a_few_rows_groups_as_np_unique(seed: int, monkeypatch: Any) -> None:
-    """A few rows are grouped in plain Python: the same first rows, in the same order, as the np.unique path (the
-    rows computed, and their order in the batch, are those of before)."""
-    rng = np.random.default_rng(seed)
-    for n in range(1, rowmemo._SMALL + 1):
-        keys = rng.integers(0, 3, size=(n, 3)).astype(np.int64)
-        small = distinct(keys)
-        monkeypatch.setattr(rowmemo, "_SMALL", 0)
-        large = distinct(keys)
-        monkeypatch.undo()
-        assert np.array_equal(small[0], large[0]) and np.array_equal(small[1], large[1])
-        assert small[0].dtype == large[0].dtype
-        assert np.array_equal(keys[small[0][small[1]]], keys)
-
-
-def test_distinct_of_a_few_rows_is_exact_when_hashes_collide(monkeypatch: Any) -> None:
-    keys = np.array([[1, 2], [2, 1], [1, 2]], dtype=np.int64)
-    monkeypatch.setattr(rowmemo, "_MIX_WORDS", np.ones(8, dtype=np.int64))
-    first, inverse = distinct(keys)
-    assert np.array_equal(keys[first[inverse]], keys)
-    assert len(first) == 2 and inverse[0] == inverse[2] != inverse[1]
-
-
 def _full_order(devices: list[DeviceUsage], request: Shape, classes: Any, free: tuple[float, float],
                 need: tuple[float, float]) -> list[DeviceUsage]:
     """The device order as computed before the shortcut: growth of every device, then the stable sort."""

@@ -48,19 +48,7 @@ def distinct(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     Rows are grouped by a 64-bit hash of their words (a sort of one integer per row, far cheaper than sorting the
     keys' bytes), then checked word for word; a collision (never seen) falls back to grouping the bytes."""
     codes = keys @ _MIX_WORDS[:keys.shape[1]] if keys.shape[1] <= len(_MIX_WORDS) else None
-    if codes is not None and len(codes) <= _SMALL:
-        # a few rows (a decision after one placement): np.unique's grouping in plain Python, the same first rows
-        # in the same order (ascending code, each code's first row) at a fraction of its fixed cost
-        at: dict[int, int] = {}
-        for i, c in enumerate(codes.tolist()):
-            at.setdefault(c, i)
-        order = sorted(at)
-        slot = {c: j for j, c in enumerate(order)}
-        first = np.array([at[c] for c in order], dtype=np.intp)
-        inverse = np.array([slot[c] for c in codes.tolist()], dtype=np.intp)
-        if np.array_equal(keys, keys[first[inverse]]):
-            return first, inverse
-    elif codes is not None:
+    if codes is not None:
         _, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
         inverse = inverse.ravel()
         if np.array_equal(keys, keys[first[inverse]]):
@@ -70,8 +58,6 @@ def distinct(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return first, inverse.ravel()
 
 
-#: Rows up to which :func:`distinct` groups in plain Python.
-_SMALL = 16
 #: Odd 64-bit multipliers of :func:`distinct`'s hash (products and sums wrap around, as int64 arithmetic does).
 _MIX_WORDS = np.random.default_rng(20231).integers(-2**62, 2**62, size=4096, dtype=np.int64) | 1
 

@@ -120,49 +120,11 @@ class RowStore:
                     and mix.types == self.mix.types:
                 # only the weights moved: the rows' state depends on the classes alone, bar its weighted sum
                 self._state.weighted[:] = mix.weight @ self._state.frag
-            elif not self._carry(mix):
+            else:
                 self._state_stamp[:] = -1
                 self._state = None
             self.mix = mix
         return self.mix
-
-    def _carry(self, mix: Mix) -> bool:
-        """The state under ``mix`` from the one under the last mix, when at most half of ``mix``'s classes are new
-        (the online mix's versions mostly add or drop a class or two): a kept class's figures (``n_ok``, ``strand``,
-        ``frag``) and a kept base's depend on the class or base and the row alone, so they are carried over; the
-        new classes (and their new bases) are computed on every row whose state is current, by
-        :meth:`MixState.of` on the :meth:`Mix.subset` of them (each class's figures are computed on their own: the
-        same figures as a full computation), and ``weighted`` is summed again. False (nothing done) otherwise."""
-        old, st = self.mix, self._state
-        if old is None or st is None or mix.types != old.types:
-            return False
-        index: dict[Any, int] = {}
-        for i, k in enumerate(old.keys):
-            index.setdefault(k, i)
-        source = [index.get(k, -1) for k in mix.keys]
-        new = [i for i, s in enumerate(source) if s < 0]
-        if not len(mix) or 2 * len(new) > len(mix):
-            return False
-        old_base = {k: i for i, k in enumerate(old.base_keys)}
-        # a base new to the mix is a new class's (a kept class books as it did, :func:`_base_key` of its shape), so
-        # the subset below computes it: index 0 stands in until then
-        base_source = np.array([old_base.get(k, 0) for k in mix.base_keys], dtype=np.intp)
-        take = np.array([max(s, 0) for s in source], dtype=np.intp)
-        state = MixState(st.n_ok[take], st.strand[take], st.frag[take], st.total, st.weighted, st.n_base[base_source],
-                         st.s_base[base_source], st.row_type, st.mixed)
-        valid = np.flatnonzero((self._state_stamp >= 0) & (self._state_stamp == self.stamp))
-        if new:
-            sub = mix.subset(new)
-            if sub.parent_bases is None:
-                raise RuntimeError("Mix.subset without parent_bases")
-            if len(valid):
-                fresh = MixState.of(self.view(valid), sub)
-                at, bases = np.ix_(np.asarray(new, dtype=np.intp), valid), np.ix_(sub.parent_bases, valid)
-                state.n_ok[at], state.strand[at], state.frag[at] = fresh.n_ok, fresh.strand, fresh.frag
-                state.n_base[bases], state.s_base[bases] = fresh.n_base, fresh.s_base
-        state.weighted = mix.weight @ state.frag
-        self._state = state
-        return True
 
     def state(self, rows: np.ndarray, mix: Mix) -> MixState:
         """The rows' :class:`MixState` under ``mix`` (the one :meth:`mix_for` returned), rebuilt where stale."""
