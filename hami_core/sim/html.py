@@ -318,6 +318,8 @@ def _summary_rows(report: Mapping[str, Any], by_policy: Mapping[str, Sequence[Ma
                _esc(top), _num(s["wall_s"], 1), f"{s['decisions_per_s']:.0f}"]
         if "bound" in report:
             row[3:3] = [_num(s.get("bound"), unit="%"), _num(s.get("gap_to_bound"))]
+            if "moves_bound" in s:
+                row[5:5] = [_num(s.get("moves_bound"), unit="%")]
         rows.append(row)
     return rows
 
@@ -443,6 +445,9 @@ def render(report: Mapping[str, Any], *, paper: Mapping[str, float] | None = Non
         head[3:3] = ["ceiling", "gap"]
         caption += ("; ceiling: upper bound on alloc @100% for any placement of the same arrived pods; gap: points "
                     "below it")
+        if any("moves_bound" in s for s in report["summary"].values()):
+            head[5:5] = ["moves ceiling"]
+            caption += "; moves ceiling: the same keeping every pod the run placed (what no defragmenter can pass)"
     summary = _table(head, _summary_rows(report, by_policy), text_cols=(0, head.index("top failures")),
                      cls="summary")
     ceiling = (report.get("bound") or {}).get("gpu_allocation_ratio_at_100")

@@ -104,7 +104,8 @@ def _summary_cells(terminal: str) -> list[list[str]]:
     rows = []
     for line in table.splitlines():
         cells = [c.strip() for c in line.strip().strip("│").split("│")]
-        if len(cells) in (10, 12) and cells[0] and cells[0] != "policy":  # 12: with --bound's ceiling and gap
+        # 13: with --bound's ceiling, gap and ceiling for moves
+        if len(cells) in (10, 13) and cells[0] and cells[0] != "policy":
             rows.append(cells)
     return rows
 
@@ -125,8 +126,9 @@ def test_the_page_says_what_the_terminal_says(pages: dict[str, dict[str, str]], 
     for svg in dom.svgs:  # scalable: a viewBox and no fixed size
         assert svg.get("viewbox") and "width" not in svg and "height" not in svg, svg
     if name == "bound":
-        assert len(rows[0]) == 12
+        assert len(rows[0]) == 13  # the ceiling, the gap and the ceiling for moves
         for label, summary in report["summary"].items():
+            assert f"{summary['moves_bound']:.2f}%" in text
             assert f"{label}: {summary['gap_to_bound']:.2f} points from the ceiling" in text.replace(" :", ":")
         assert "The ceiling" in text and "green: the ceiling at 100 % demand" in text
     elif name == "seeds":
