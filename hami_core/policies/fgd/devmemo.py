@@ -45,11 +45,10 @@ class DeviceMemo:
     store: ``inc`` (which devices can take it), ``t2`` and ``rank`` in state slots, and per base (in base slots)
     ``n2``/``s2``, valid where ``have[base slot, state slot]``."""
 
-    __slots__ = ("_buffer", "_epoch", "_mix", "_mix_bases", "_types", "_width", "bases", "e", "e_have", "have",
+    __slots__ = ("_buffer", "_epoch", "_mix", "_mix_bases", "_types", "bases", "e", "e_have", "have",
                  "inc", "n2", "rank", "s2", "slot_of", "states", "t2")
 
     def __init__(self) -> None:
-        self._width = -1
         self._epoch = -1
         self._types = -1
         self._mix: Mix | None = None
@@ -84,9 +83,10 @@ class DeviceMemo:
         holds :data:`MAX_STATES` states or :data:`MAX_BASES` bases (a bound on its memory: past it, it starts
         afresh)."""
         new_bases = 0 if mix is self._mix else sum(k not in self.bases for k in mix.base_keys)
-        if (store.width != self._width or store.epoch != self._epoch or len(store.types) != self._types
+        # a wider store starts a new epoch too (RowStore._widen)
+        if (store.epoch != self._epoch or len(store.types) != self._types
                 or self.states >= MAX_STATES or len(self.bases) + new_bases > MAX_BASES):
-            self._width, self._epoch, self._types = store.width, store.epoch, len(store.types)
+            self._epoch, self._types = store.epoch, len(store.types)
             self._reset(store.width)
 
     def _base_slots(self, mix: Mix) -> np.ndarray:

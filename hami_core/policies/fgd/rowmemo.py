@@ -64,13 +64,13 @@ _MIX_WORDS = np.random.default_rng(20231).integers(-2**62, 2**62, size=4096, dty
 
 class RowMemo:
     """Growth figures by :func:`row_keys` key for one request signature, one backend's store and one :class:`Mix`
-    (cleared when the mix, or the store's width, changes, and by :meth:`clear` on a new mix version)."""
+    (cleared when the mix or the store's device numbering (its epoch: a wider store starts one) changes, and by
+    :meth:`clear` on a new mix version)."""
 
-    __slots__ = ("_bytes", "_epoch", "_mix", "_width", "values")
+    __slots__ = ("_bytes", "_epoch", "_mix", "values")
 
     def __init__(self) -> None:
         self._mix: Mix | None = None
-        self._width = -1
         self._epoch = -1
         self._bytes = 0
         self.values: dict[bytes, float] = {}
@@ -88,8 +88,9 @@ class RowMemo:
                compute: Callable[[np.ndarray], np.ndarray], limit: int) -> np.ndarray:
         """The growth of every row of ``rows``: ``compute(some rows)`` for one row of each key not yet known, the
         memo's figures for the others. At most ``limit`` figures are kept (past it the memo starts afresh)."""
-        if mix is not self._mix or store.width != self._width or store.epoch != self._epoch:
-            self._mix, self._width, self._epoch = mix, store.width, store.epoch
+        # a wider store starts a new epoch too (RowStore._widen): the epoch alone says the keys still hold
+        if mix is not self._mix or store.epoch != self._epoch:
+            self._mix, self._epoch = mix, store.epoch
             self.clear()
         words = row_keys(store, rows, mix, host_need)
         first, inverse = distinct(words)
