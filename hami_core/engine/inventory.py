@@ -62,8 +62,8 @@ class NodeState:
         self.mig: frozenset[str] = frozenset()
         #: (backend, policy key) → (generation, devices in policy order); valid while generation matches.
         self.order_cache: dict[tuple[object, ...], tuple[int, list[DeviceUsage]]] = {}
-        #: request shape → (generation, why this node rejected it); see Engine._explain.
-        self.reason_cache: dict[tuple[object, ...], tuple[int, str]] = {}
+        #: pod shape number (Planner._reason_key) → (generation, why this node rejected it); see Planner._explain.
+        self.reason_cache: dict[int, tuple[int, str]] = {}
         self.generation = 0
         #: The node's row in the engine's :class:`~hami_core.engine.table.NodeTable` (set when added).
         self.row = -1

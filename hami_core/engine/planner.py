@@ -9,6 +9,7 @@ nothing fits every pruned node is explained (HAMi's exact reason, cached per nod
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -27,6 +28,9 @@ from hami_core.plugins.types import ContainerRequests, PolicyInfo
 from hami_core.wire import keys
 from hami_core.wire.common import parse_go_bool
 from hami_core.wire.reasons import NODE_UNREGISTERED
+
+#: Pod shapes :meth:`Planner._reason_key` numbers before it starts afresh (a bound on its memory).
+_REASON_KEYS = 4096
 
 __all__ = ["Planner"]
 
@@ -49,6 +53,9 @@ class Planner:
         self.plugin_cache: dict[str, Any] = {}
         # (table version, node names, rows, states, unusable names) of the last named candidate set
         self._last_candidates: tuple[int, list[str], np.ndarray, list[NodeState], list[str]] | None = None
+        #: the number of each pod shape nodes cache their reasons under (:meth:`_reason_key`)
+        self._reason_keys: dict[tuple[object, ...], int] = {}
+        self._reason_numbers = itertools.count()
 
     # ------------------------------------------------------------------------------- plan
     def plan(self, pod: Mapping[str, Any], requests: ContainerRequests | None = None) -> PodPlan:
@@ -82,7 +89,7 @@ class Planner:
         pod, ref, requests = plan.pod, plan.ref, plan.requests
         if requests.empty:
             names = sorted(state.nodes) if node_names is None else sorted(node_names)
-            return self._rank_deviceless(pod, ref, names, requests)
+            return self._rank_deviceless(pod, ref, names, requests, limit)
         if plan.error is not None or plan.policy is None:
             return Decision(pod=ref, requests=requests, error=plan.error)
         shapes = plan.shapes
@@ -103,14 +110,20 @@ class Planner:
             if own_state is not None:
                 hit = np.flatnonzero(rows == own_state.row)
                 own_at = int(hit[0]) if len(hit) else -1
+        placement_scored = self._scores_placement(requests)
+        best_first = limit is not None and not placement_scored
+        possible = self._possible(cycle, rows, own_at) if best_first else None
+        if possible is not None and not possible.any():
+            # no node has the capacity (a saturated cluster's usual failure): the prescore would order nothing
+            self._explain(cycle, alive)
+            return cycle.decision(None, (), {}, state.clock(), ref)
         pre = cycle.prescore(alive, state.table.totals[rows], own_at=own_at, rows=rows,
                              generations=state.table.generation[rows], shapes=shapes, workload=workload,
-                             cache=self.plugin_cache)
-        placement_scored = self._scores_placement(requests)
-        if limit is None or placement_scored:
+                             cache=self.plugin_cache, host=plan.host_need, possible=possible)
+        if possible is None or limit is None:
             picked = cycle.fit_indices(alive)
         else:
-            picked = self._fit_best_first(cycle, alive, rows, pre, limit, own_at)
+            picked = self._fit_best_first(cycle, alive, possible, pre, limit)
         if not picked:
             return cycle.decision(None, (), {}, state.clock(), ref)
         pre_at = pre.tolist() if len(picked) > 32 else pre  # many nodes: all floats at once, not one numpy read each
@@ -123,9 +136,10 @@ class Planner:
         return cycle.decision(state.nodes[ranked[0]], ranked, scores, state.clock(), ref)
 
     def _rank_deviceless(self, pod: Mapping[str, Any], ref: str, names: list[str],
-                         requests: ContainerRequests) -> Decision:
+                         requests: ContainerRequests, limit: int | None = None) -> Decision:
         """A pod without managed devices: any candidate will do, listed best first when its node policy
-        ranks every pod (``PolicyInfo.ranks_all_pods``), by the prescore of its CPU and memory alone."""
+        ranks every pod (``PolicyInfo.ranks_all_pods``), by the prescore of its CPU and memory alone; with
+        ``limit``, the best ``limit`` of them (the first in name order among equal scores)."""
         state = self.state
         sched = state.config.scheduler
         node_policy = annotations(pod).get(keys.NODE_SCHEDULER_POLICY) or sched.node_scheduler_policy
@@ -149,10 +163,12 @@ class Planner:
                       policy=policy, own=None)
         pre = cycle.prescore(alive, state.table.totals[rows], rows=rows, generations=state.table.generation[rows],
                              shapes=(), workload=self.workload.snapshot(), cache=self.plugin_cache)
-        order = np.argsort(pre if policy.node == "spread" else -pre, kind="stable").tolist()
+        key = pre if policy.node == "spread" else -pre
+        # with limit 1 the best alone: the first minimum, the lowest name among equal scores (as the sort)
+        order = [int(np.argmin(key))] if limit == 1 else np.argsort(key, kind="stable").tolist()[:limit]
         ranked = [alive[i].name for i in order]
         scores = dict(zip(ranked, np.asarray(pre, dtype=float)[order].tolist(), strict=True))
-        rest = (n for n in names if n not in scores) if len(ranked) < len(names) else ()
+        rest = (n for n in names if n not in scores) if limit is None and len(ranked) < len(names) else ()
         return Decision(pod=ref, nodes=(*ranked, *rest), scores=scores, requests=requests, policy=policy,
                         skipped=True)
 
@@ -220,20 +236,43 @@ class Planner:
         """
         return bool(self.state.hook.score_callers(requests.backends()))
 
-    def _fit_best_first(self, cycle: Cycle, alive: list[NodeState], rows: np.ndarray, pre: np.ndarray,
-                        limit: int, own_at: int) -> list[int]:
-        """Fit candidates best-first until ``limit`` fit; prefilter by capacity.
+    def _reason_key(self, cycle: Cycle) -> int:
+        """The number of what a node's reason for ``cycle``'s pod depends on besides the node: its requests,
+        policy, namespace, annotations and quota usage. Numbers are never reused (a node's cached reason under a
+        number dropped from the table is simply never asked for again)."""
+        meta = metadata(cycle.pod)
+        shape = (tuple(tuple(sorted((b, r.nums, r.memreq, r.mem_percentage, r.coresreq) for b, r in c.items()))
+                       for c in cycle.requests.containers),
+                 cycle.requests.init_count, cycle.policy, meta.get("namespace"),
+                 tuple(sorted((annotations(cycle.pod)).items())),
+                 # quota usage changes without the node changing: a ResourceQuotaNotFit holds only for that state
+                 tuple(sorted(cycle.quota.entries.items())) if cycle.quota is not None else ())
+        number = self._reason_keys.get(shape)
+        if number is None:
+            if len(self._reason_keys) >= _REASON_KEYS:
+                self._reason_keys.clear()
+            number = self._reason_keys[shape] = next(self._reason_numbers)
+        return number
 
-        Best first is by prescore (descending, ascending for spread), ties in name order (``alive`` is in name
-        order and the sort is stable). Returns the positions in ``alive`` of the nodes that fit.
-        """
-        possible = np.ones(len(alive), dtype=bool)
+    def _possible(self, cycle: Cycle, rows: np.ndarray, own_at: int) -> np.ndarray:
+        """The capacity prefilter: which of ``rows`` the pod's requests could fit by the table's summaries (a node
+        it leaves out cannot take the pod; one it keeps still has to pass the fit)."""
+        possible = np.ones(len(rows), dtype=bool)
         for container in cycle.requests.containers:
             for name, request in container.items():
                 if self.state.backends[name].standard_capacity:
                     possible &= self.state.table.feasible(rows, name, request)
         if own_at >= 0:  # its own reservation is in the summaries; never prune that node
             possible[own_at] = True
+        return possible
+
+    def _fit_best_first(self, cycle: Cycle, alive: list[NodeState], possible: np.ndarray, pre: np.ndarray,
+                        limit: int) -> list[int]:
+        """Fit the ``possible`` candidates (:meth:`_possible`) best-first until ``limit`` fit.
+
+        Best first is by prescore (descending, ascending for spread), ties in name order (``alive`` is in name
+        order and the sort is stable). Returns the positions in ``alive`` of the nodes that fit.
+        """
         key = pre if cycle.policy.node == "spread" else -pre
         feasible: list[int] = []
         start, size = 0, 1
@@ -259,31 +298,26 @@ class Planner:
             self._explain(cycle, [alive[i] for i in order[~possible[order]].tolist()])
         return feasible
 
-    @staticmethod
-    def _explain(cycle: Cycle, pruned: list[NodeState]) -> None:
+    def _explain(self, cycle: Cycle, pruned: list[NodeState]) -> None:
         """Nothing fits: give each pruned node HAMi's exact reason, fitting it or reusing a cached reason.
 
         A saturated cluster rejects the same kinds of pods over and over; a node's reason for a pod of
-        the same shape stays valid until the node changes (its generation), so it is kept per node.
+        the same shape stays valid until the node changes (its generation), so it is kept per node, under the
+        shape's number (:meth:`_reason_key`: the shape's tuple is hashed once per pod, not once per node).
         """
-        meta = metadata(cycle.pod)
-        key = (tuple(tuple(sorted((b, r.nums, r.memreq, r.mem_percentage, r.coresreq) for b, r in c.items()))
-                     for c in cycle.requests.containers),
-               cycle.requests.init_count, cycle.policy, meta.get("namespace"),
-               tuple(sorted((annotations(cycle.pod)).items())),
-               # quota usage changes without the node changing: a ResourceQuotaNotFit holds only for the same state
-               tuple(sorted(cycle.quota.entries.items())) if cycle.quota is not None else ())
+        key = self._reason_key(cycle)
         todo = []
+        failed = cycle.failed
         for state in pruned:
             hit = state.reason_cache.get(key)
             if hit is not None and hit[0] == state.generation:
-                cycle.failed[state.name] = hit[1]
+                failed[state.name] = hit[1]
             else:
                 todo.append(state)
         if todo:
             cycle.fit(todo)
             for state in todo:
-                reason = cycle.failed.get(state.name)
+                reason = failed.get(state.name)
                 if reason is not None:
                     if len(state.reason_cache) > 64:
                         state.reason_cache.clear()

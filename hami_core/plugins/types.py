@@ -475,14 +475,21 @@ class NodeBatch:
     ``shapes`` are the pod's requests as the workload mix counts them
     (:class:`~hami_core.engine.workload.Shape`), ``workload`` the current mix snapshot
     (:class:`~hami_core.engine.workload.Workload`), and ``cache`` a dict that lives as long as the
-    engine, for plugins' caches (key it by plugin name). The engine fills all of these; hand-built
+    engine, for plugins' caches (key it by plugin name), and ``host`` the pod's host requests (CPU milli,
+    memory MiB: :func:`~hami_core.engine.pods.host_requests`). The engine fills all of these; hand-built
     batches may leave them ``None``.
+
+    ``possible`` (a bool array over ``nodes``, or ``None``): the nodes that passed the engine's capacity prefilter,
+    when it fits best-first. The others cannot take the pod and their scores are never read, so a costly scorer
+    may skip them (any value will do there).
     """
 
-    __slots__ = ("cache", "generations", "nodes", "rows", "shapes", "totals", "workload")
+    __slots__ = ("cache", "generations", "host", "nodes", "possible", "rows", "shapes", "totals", "workload")
 
     def __init__(self, nodes: Sequence[NodeView], totals: Any, *, rows: Any = None, generations: Any = None,
-                 shapes: Sequence[Any] = (), workload: Any = None, cache: dict[str, Any] | None = None) -> None:
+                 shapes: Sequence[Any] = (), workload: Any = None, cache: dict[str, Any] | None = None,
+                 host: tuple[int, int] | None = None, possible: Any = None) -> None:
+        self.possible = possible
         self.nodes = nodes
         self.totals = totals
         self.rows = rows
@@ -490,6 +497,7 @@ class NodeBatch:
         self.shapes = tuple(shapes)
         self.workload = workload
         self.cache = cache
+        self.host = host
 
 
 class ScoreCandidate:

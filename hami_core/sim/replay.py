@@ -372,12 +372,14 @@ def dominant_reason(failed: Mapping[str, str]) -> str:
     """
     card: Counter[str] = Counter()
     node: Counter[str] = Counter()
-    for reason in failed.values():
-        words = set(parse_reasons(reason))
+    # a saturated cluster rejects most nodes with a handful of texts: each distinct text is parsed once
+    for reason, times in Counter(failed.values()).items():
+        words = parse_reasons(reason)
         if words:
-            card.update(words)
+            for word in words:
+                card[word] += times
         else:
-            node[reason] += 1
+            node[reason] += times
     counts = card or node
     if not counts:
         return "NoCandidateNode"

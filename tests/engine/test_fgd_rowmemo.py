@@ -153,7 +153,7 @@ def test_host_resources_split_states_only_where_a_class_fit_changes() -> None:
     shapes, host = (Shape("ACME", 1, 30, 0, 30),), (2000, 0)
     state = FgdState()
     got = state.growth(_batch(nodes, stamps, shapes, workload), workload, "fgd", (1, 1, 1), host)
-    memo = state.by_signature[next(iter(state.by_signature))].memos[0]  # type: ignore[attr-defined]
+    memo = next(iter(state._row_memos.values()))
     assert len(memo.values) == 2
     assert got[0] == got[1] and got[2] != got[0]
     assert np.array_equal(got, _alone(nodes, shapes, workload, host))

@@ -49,14 +49,12 @@ class _Cache:
     """Fragmentation growth per table row for one request signature, valid at the row's stamp and one mix
     version. For select ``fgd``, whose device choice (the least weighted growth) depends on the weights."""
 
-    __slots__ = ("memos", "stamp", "value", "version")
+    __slots__ = ("stamp", "value", "version")
 
     def __init__(self) -> None:
         self.version = -1
         self.stamp = np.full(0, -1, dtype=np.int64)
         self.value = np.zeros(0)
-        #: per request of the signature, its growth by node state at ``version`` (select ``fgd``, :mod:`.rowmemo`)
-        self.memos: list[RowMemo] = []
 
     def ensure(self, size: int) -> None:
         if size > len(self.stamp):
@@ -66,7 +64,7 @@ class _Cache:
 
     @property
     def nbytes(self) -> int:
-        return self.stamp.nbytes + self.value.nbytes + sum(m.nbytes for m in self.memos)
+        return self.stamp.nbytes + self.value.nbytes
 
 
 class _ClassCache(_Cache):
@@ -176,7 +174,7 @@ class _ClassCache(_Cache):
 _FIXED = 1e10
 
 
-#: :meth:`FgdState._device_memo` sums its memos' bytes once in this many uses.
+#: :meth:`FgdState._check_memos` sums the memos' bytes once in this many uses.
 _MEMO_CHECK = 256
 
 
@@ -233,11 +231,12 @@ class FgdState:
         self.by_signature: OrderedDict[tuple[Any, ...], _Cache] = OrderedDict()
         self.stores: dict[str, RowStore] = {}
         self._buffer = np.empty(0)
-        #: bytes the growth memos (:mod:`.rowmemo`) took since the last :meth:`_evict`
-        self._grown = 0
         #: select ``fgd``: the device half of one-device requests' growth (:mod:`.devmemo`), per (backend, request,
         #: weights), across mix versions
         self._device_memos: dict[tuple[str, Shape, tuple[int, int, int]], DeviceMemo] = {}
+        #: select ``fgd``: each request's growth by node state under the current mix (:mod:`.rowmemo`), per
+        #: (backend, request, weights, select), shared by the signatures of every CPU and memory
+        self._row_memos: dict[tuple[str, Shape, tuple[int, int, int], str], RowMemo] = {}
         self._memo_uses = 0
 
     def growth(self, batch: NodeBatch, workload: Workload, select: str, weights: tuple[int, int, int],
@@ -247,6 +246,10 @@ class FgdState:
             return np.zeros(len(batch.nodes))
         rows = np.asarray(batch.rows, dtype=np.intp)
         stamps = np.asarray(batch.generations, dtype=np.int64)
+        if not shapes:
+            for backend in self._backends(shapes, workload):
+                self._store(backend, rows, stamps, batch.nodes)
+            return self._deviceless_growth(rows, workload, host)
         key = (shapes, select, weights, host)
         cache = self.by_signature.get(key)
         if cache is None:
@@ -263,6 +266,13 @@ class FgdState:
             return self._class_growth(cache, rows, stamps, shapes, workload, select, weights, host)
         return self._weighted_growth(cache, rows, stamps, shapes, workload, select, weights, host)
 
+    def refresh(self, rows: np.ndarray, stamps: np.ndarray, nodes: Sequence[Any], shapes: tuple[Shape, ...],
+                workload: Workload) -> None:
+        """Bring the row stores the growth of ``shapes`` reads up to date on ``rows`` (``nodes[i]`` at ``rows[i]``,
+        stamp ``stamps[i]``), without computing any growth: for figures read over more rows than are scored."""
+        for backend in self._backends(shapes, workload):
+            self._store(backend, rows, stamps, nodes)
+
     def free_resources(self, rows: np.ndarray, shapes: tuple[Shape, ...], workload: Workload) -> tuple[np.ndarray,
                                                                                                        np.ndarray]:
         """Each row's free host CPU (milli; inf where unknown) and free device share (milli, summed over the
@@ -272,6 +282,34 @@ class FgdState:
             return np.full(len(rows), np.inf), np.zeros(len(rows))
         share = sum((self.stores[b].free[rows] for b in backends), np.zeros(len(rows)))
         return self.stores[backends[0]].host[rows, 0], share
+
+    # ------------------------------------------------------------------------------------ no device
+    def _deviceless_growth(self, rows: np.ndarray, workload: Workload, host: tuple[int, int]) -> np.ndarray:
+        """The growth of a pod without devices (its CPU and memory alone) on ``rows``, whose stores are current.
+
+        Its CPU and memory change a class's fragments only where they change whether the class fits the node, that
+        is where the free CPU or memory crosses one of the classes' figures; elsewhere every class's delta is 0 and
+        so is the growth, exactly (the figure :meth:`compute` gives). The other rows are computed as there: each
+        a handful, whatever the pod's CPU (CPU-only pods ask many different amounts: no per-signature cache)."""
+        mixes = {b: m for b, m in self._mixes((), workload).items() if len(m)}
+        out = np.zeros(len(rows))
+        if not mixes or not any(host):
+            return out
+        need = np.asarray(host, dtype=float)
+        crossing = np.zeros(len(rows), dtype=bool)
+        for backend, mix in mixes.items():
+            free = self.stores[backend].host[rows]
+            for k, figures in ((0, mix.cpu), (1, mix.mem)):
+                if need[k]:
+                    sorted_figures = np.unique(figures)
+                    crossing |= (np.searchsorted(sorted_figures, free[:, k], side="right")
+                                 != np.searchsorted(sorted_figures, free[:, k] - need[k], side="right"))
+        at = np.flatnonzero(crossing)
+        if len(at):
+            part = rows[at]
+            out[at] = _weigh([(mix.weight, host_class_deltas(self.stores[b].state(part, mix), self.stores[b].host[part],
+                                                             host, mix)) for b, mix in mixes.items()])
+        return out
 
     # ------------------------------------------------------------------------------------ per class
     def _class_growth(self, cache: _ClassCache, rows: np.ndarray, stamps: np.ndarray, shapes: tuple[Shape, ...],
@@ -412,18 +450,14 @@ class FgdState:
     def _weighted_growth(self, cache: _Cache, rows: np.ndarray, stamps: np.ndarray, shapes: tuple[Shape, ...],
                          workload: Workload, select: str, weights: tuple[int, int, int],
                          host: tuple[int, int]) -> np.ndarray:
-        if len(cache.memos) != len(shapes):
-            cache.memos = [RowMemo() for _ in shapes]
         if cache.version != workload.version:
             cache.version = workload.version
             cache.stamp[:] = -1
-            for memo in cache.memos:
-                memo.clear()
         stale = np.flatnonzero(cache.stamp[rows] != stamps)
         if len(stale):
             mixes = self._mixes(shapes, workload)
             out = np.zeros(len(stale))
-            size = cache.nbytes
+            limit = 4 * len(cache.stamp) + 256
             for i, shape in enumerate(shapes):
                 store = self.stores[shape.backend]
                 mix = mixes[shape.backend]
@@ -436,23 +470,38 @@ class FgdState:
                     return placement_delta(store.view(at), shape, mix, select=select, weights=weights,
                                            host_need=need, state=store.state(at, mix))
 
-                # nodes alike share one computation: the growth is a function of the row key (rowmemo)
-                out += cache.memos[i].growth(store, rows[stale], mix, need, compute, 2 * len(cache.stamp) + 64)
+                # nodes alike share one computation, and so do signatures of one request: the growth is a function
+                # of the row key (rowmemo)
+                memo = self._row_memo(shape, weights, select)
+                out += memo.growth(store, rows[stale], mix, need, compute, limit)
             cache.value[rows[stale]] = out
             cache.stamp[rows[stale]] = stamps[stale]
-            self._grown += cache.nbytes - size
-            if self._grown > self.cache_bytes // 32:  # summing every signature's bytes costs: not at each entry
-                self._evict()
         return cache.value[rows]
 
-    def _device_memo(self, shape: Shape, weights: tuple[int, int, int]) -> DeviceMemo:
-        """The :class:`DeviceMemo` of ``shape``, kept across mix versions. Together they hold at most a quarter of
-        ``cache_bytes`` (checked every :data:`_MEMO_CHECK` uses: summing them costs), all dropped past it."""
+    def _check_memos(self) -> None:
+        """Together the memos hold at most a quarter of ``cache_bytes`` (checked every :data:`_MEMO_CHECK` uses:
+        summing them costs), all dropped past it."""
         self._memo_uses += 1
         if self._memo_uses >= _MEMO_CHECK:
             self._memo_uses = 0
-            if sum(m.nbytes for m in self._device_memos.values()) > self.cache_bytes // 4:
+            held = sum(m.nbytes for m in self._device_memos.values()) + sum(
+                m.nbytes for m in self._row_memos.values())
+            if held > self.cache_bytes // 4:
                 self._device_memos.clear()
+                self._row_memos.clear()
+
+    def _row_memo(self, shape: Shape, weights: tuple[int, int, int], select: str) -> RowMemo:
+        """The :class:`RowMemo` of ``shape`` (under ``weights`` and ``select``), for the current mix."""
+        self._check_memos()
+        key = (shape.backend, shape, weights, select)
+        memo = self._row_memos.get(key)
+        if memo is None:
+            memo = self._row_memos[key] = RowMemo()
+        return memo
+
+    def _device_memo(self, shape: Shape, weights: tuple[int, int, int]) -> DeviceMemo:
+        """The :class:`DeviceMemo` of ``shape``, kept across mix versions (bounded with the row memos)."""
+        self._check_memos()
         key = (shape.backend, shape, weights)
         memo = self._device_memos.get(key)
         if memo is None:
@@ -530,7 +579,6 @@ class FgdState:
 
     def _evict(self) -> None:
         """Drop least recently used signatures while the caches hold more than ``cache_bytes`` (never the last)."""
-        self._grown = 0
         total = sum(c.nbytes for c in self.by_signature.values())
         while total > self.cache_bytes and len(self.by_signature) > 1:
             _, dropped = self.by_signature.popitem(last=False)

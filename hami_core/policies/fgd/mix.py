@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import Counter, OrderedDict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hami_core.engine.workload import Shape, shape_share
 
@@ -56,6 +56,8 @@ class Workload:
     #: Weight of the reservation term (``scheduler.fgd.reserve``, :mod:`.scarcity`): growth per milli a pod takes
     #: of a device type more constrained classes claim; 0 = off.
     reserve: float = 1.0
+    #: :meth:`cpu_per_share` once computed (-1: not yet)
+    _cpu_per_share: float = field(default=-1.0, init=False, repr=False, compare=False)
 
     @property
     def steps(self) -> int:
@@ -86,10 +88,12 @@ class Workload:
     def cpu_per_share(self) -> float:
         """The mix's host CPU (milli) per milli of device share: ``sum w x cpu / sum w x share`` over its classes,
         a class's share being :func:`shape_share` per device times its device count; 0 when no class asks a
-        share (a mix of pods without devices)."""
-        cpu = sum(w * c for _, w, c, _ in self.classes)
-        share = sum(w * s.nums * shape_share(s) for s, w, _, _ in self.classes)
-        return cpu / share if share > 0 else 0.0
+        share (a mix of pods without devices). Computed once per snapshot (every decision asks)."""
+        if self._cpu_per_share < 0:
+            cpu = sum(w * c for _, w, c, _ in self.classes)
+            share = sum(w * s.nums * shape_share(s) for s, w, _, _ in self.classes)
+            object.__setattr__(self, "_cpu_per_share", cpu / share if share > 0 else 0.0)
+        return self._cpu_per_share
 
     def for_backend(self, backend: str) -> list[MixClass]:
         """The classes that ask ``backend``, and those of pods without devices (which no device serves)."""

@@ -1,18 +1,22 @@
 """A memo of the ``fgd`` policy's weighted growth by node state: nodes alike in everything the growth reads share one
-computed figure.
+computed figure, and so do the request signatures that differ only in CPU and memory.
 
 Under GPU policy ``fgd`` (the device of least *weighted* growth) a new mix version recomputes a signature's growth on
 every node (:mod:`.growth`), and the online mix publishes versions often. Most nodes of a cluster are alike, though:
-on the openb default trace a version's 1,213 nodes have some 10-60 distinct states. A node's growth for one signature
+on the openb default trace a version's 1,213 nodes have about 200 distinct states. A node's growth for one request
 and mix depends only on its devices (usage, capacity, type, tie-break order) and on which classes' CPU and memory fit
 its free host resources before and after the pod (:func:`~.fragmentation.placement_delta` reads them through these
-comparisons alone), so :func:`row_keys` packs exactly those, and :class:`RowMemo` computes each distinct key once per
-mix version. See docs/fgd.md, Cost.
+comparisons alone). Which classes fit is decided by where the free CPU and memory rank among the classes' CPU and
+memory (a class fits where both of its figures are at or below the free ones), so :func:`row_keys` packs the device
+state's number and those four ranks (and whether the pod's own CPU and memory fit) into one integer, and
+:class:`RowMemo` computes each distinct key once per mix. The key never names the pod's CPU or memory, only what they
+leave, so one memo serves every signature of one request (the default trace's 123 signatures ask for 24 requests).
+See docs/fgd.md, Cost.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 
 import numpy as np
 
@@ -21,32 +25,59 @@ from hami_core.policies.fgd.rowstore import RowStore
 
 __all__ = ["RowMemo", "distinct", "row_keys"]
 
-#: Bytes a memo entry holds besides its key: the dict slot, the bytes object's header and the float.
-_ENTRY_OVERHEAD = 120
+#: Bytes a memo entry holds besides its key: the dict slot, the int or tuple and the float.
+_ENTRY_OVERHEAD = 100
+#: Bits the packed key leaves for the device state's number at most (a signed 64-bit integer).
+_KEY_BITS = 62
 
 
-def row_keys(store: RowStore, rows: np.ndarray, mix: Mix, host_need: tuple[float, float]) -> np.ndarray:
-    """One key per row of ``rows``, ``(rows, words)`` int64: equal exactly when the rows' devices (their number in the
-    store, :attr:`RowStore.device_id`: equal numbers for bit-for-bit equal devices) and the fit of the mix's classes
-    (CPU and memory, before and after ``host_need`` is taken) are equal."""
+class _Thresholds:
+    """The sorted distinct CPU and memory figures of a mix's classes, and the bits a rank among them takes."""
+
+    __slots__ = ("bits", "cpu", "cpu_bits", "mem", "shift")
+
+    def __init__(self, mix: Mix) -> None:
+        self.cpu = np.unique(mix.cpu)
+        self.mem = np.unique(mix.mem)
+        # a rank is 0..len: how many of the figures are at or below the free resource
+        self.cpu_bits = len(self.cpu).bit_length()
+        mem_bits = len(self.mem).bit_length()
+        self.shift = self.cpu_bits + mem_bits  # one (CPU, memory) rank pair
+        self.bits = 2 * self.shift + 2  # before and after the pod, and whether the pod's own CPU and memory fit
+
+
+def row_keys(store: RowStore, rows: np.ndarray, mix: Mix, host_need: tuple[float, float],
+             thresholds: _Thresholds | None = None) -> np.ndarray:
+    """One key per row of ``rows``: equal exactly when the rows' devices (their number in the store,
+    :attr:`RowStore.device_id`: equal numbers for bit-for-bit equal devices) and the fit of the mix's classes
+    (CPU and memory, before and after ``host_need`` is taken) are equal, or equal ranks of the free CPU and memory
+    among the classes' (which decide those fits). ``(rows,)`` int64 where the ranks and the state's number fit in 62
+    bits, else ``(rows, 2)``."""
+    t = thresholds if thresholds is not None else _Thresholds(mix)
     host = store.host[rows]
     after = host - np.asarray(host_need, dtype=float)
-    fits = np.concatenate([(host[:, :1] >= mix.cpu) & (host[:, 1:] >= mix.mem),
-                           (after[:, :1] >= mix.cpu) & (after[:, 1:] >= mix.mem), after >= 0], axis=1)
-    packed = np.packbits(fits, axis=1)
-    words = -(-packed.shape[1] // 8)
-    keys = np.zeros((len(rows), 1 + words), dtype=np.int64)
-    keys[:, 0] = store.device_id[rows]
-    keys[:, 1:].view(np.uint8)[:, :packed.shape[1]] = packed
-    return keys
+    rank = np.searchsorted(t.cpu, host[:, 0], side="right")
+    rank |= np.searchsorted(t.mem, host[:, 1], side="right") << t.cpu_bits
+    rank |= np.searchsorted(t.cpu, after[:, 0], side="right") << t.shift
+    rank |= np.searchsorted(t.mem, after[:, 1], side="right") << (t.shift + t.cpu_bits)
+    rank |= (after[:, 0] >= 0).astype(np.int64) << (2 * t.shift)
+    rank |= (after[:, 1] >= 0).astype(np.int64) << (2 * t.shift + 1)
+    ids = store.device_id[rows].astype(np.int64)
+    if t.bits <= _KEY_BITS - 1 and (not len(ids) or int(ids.max()) < 1 << (_KEY_BITS - t.bits)):
+        return (ids << t.bits) | rank
+    return np.stack([ids, rank], axis=1)
 
 
 def distinct(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The first row of each distinct key of ``keys`` (``(rows, words)``) and each row's distinct key: ``(first,
-    inverse)`` with ``keys[first[inverse]] == keys``, exactly.
+    """The first row of each distinct key of ``keys`` (``(rows,)`` or ``(rows, words)``) and each row's distinct
+    key: ``(first, inverse)`` with ``keys[first[inverse]] == keys``, exactly.
 
-    Rows are grouped by a 64-bit hash of their words (a sort of one integer per row, far cheaper than sorting the
-    keys' bytes), then checked word for word; a collision (never seen) falls back to grouping the bytes."""
+    Rows of several words are grouped by a 64-bit hash of their words (a sort of one integer per row, far cheaper
+    than sorting the keys' bytes), then checked word for word; a collision (never seen) falls back to grouping the
+    bytes."""
+    if keys.ndim == 1:
+        _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+        return first, inverse.ravel()
     codes = keys @ _MIX_WORDS[:keys.shape[1]] if keys.shape[1] <= len(_MIX_WORDS) else None
     if codes is not None:
         _, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
@@ -63,17 +94,18 @@ _MIX_WORDS = np.random.default_rng(20231).integers(-2**62, 2**62, size=4096, dty
 
 
 class RowMemo:
-    """Growth figures by :func:`row_keys` key for one request signature, one backend's store and one :class:`Mix`
-    (cleared when the mix or the store's device numbering (its epoch: a wider store starts one) changes, and by
-    :meth:`clear` on a new mix version)."""
+    """Growth figures by :func:`row_keys` key for one request (of any CPU and memory), one backend's store and one
+    :class:`Mix`: cleared when the mix (a new mix version) or the store's device numbering (its epoch: a wider store
+    starts one) changes."""
 
-    __slots__ = ("_bytes", "_epoch", "_mix", "values")
+    __slots__ = ("_bytes", "_epoch", "_mix", "_thresholds", "values")
 
     def __init__(self) -> None:
         self._mix: Mix | None = None
         self._epoch = -1
         self._bytes = 0
-        self.values: dict[bytes, float] = {}
+        self._thresholds: _Thresholds | None = None
+        self.values: dict[Hashable, float] = {}
 
     def clear(self) -> None:
         self.values.clear()
@@ -81,27 +113,34 @@ class RowMemo:
 
     @property
     def nbytes(self) -> int:
-        """About what the figures hold: their keys plus the dict's, the bytes object's and the float's overhead."""
+        """About what the figures hold: the dict's, the key's and the float's overhead."""
         return self._bytes
 
     def growth(self, store: RowStore, rows: np.ndarray, mix: Mix, host_need: tuple[float, float],
                compute: Callable[[np.ndarray], np.ndarray], limit: int) -> np.ndarray:
-        """The growth of every row of ``rows``: ``compute(some rows)`` for one row of each key not yet known, the
-        memo's figures for the others. At most ``limit`` figures are kept (past it the memo starts afresh)."""
-        # a wider store starts a new epoch too (RowStore._widen): the epoch alone says the keys still hold
-        if mix is not self._mix or store.epoch != self._epoch:
-            self._mix, self._epoch = mix, store.epoch
+        """The growth of every row of ``rows`` for a pod taking ``host_need``: ``compute(some rows)`` (the growth of a
+        pod of that need) for one row of each key not yet known, the memo's figures for the others. At most ``limit``
+        figures are kept (past it the memo starts afresh)."""
+        if mix is not self._mix or store.epoch != self._epoch or self._thresholds is None:
+            self._mix, self._epoch, self._thresholds = mix, store.epoch, _Thresholds(mix)
             self.clear()
-        words = row_keys(store, rows, mix, host_need)
-        first, inverse = distinct(words)
-        keys = [words[i].tobytes() for i in first.tolist()]
-        known = [self.values.get(k) for k in keys]
+        codes = row_keys(store, rows, mix, host_need, self._thresholds)
+        if len(rows) == 1:  # a changed node (most calls): no grouping
+            first, inverse = np.zeros(1, dtype=np.intp), np.zeros(1, dtype=np.intp)
+        else:
+            first, inverse = distinct(codes)
+        picked = codes[first]
+        keys: list[Hashable] = picked.tolist() if picked.ndim == 1 else [tuple(k) for k in picked.tolist()]
+        values = self.values
+        known = [values.get(k) for k in keys]
         missing = [i for i, v in enumerate(known) if v is None]
         if missing:
             fresh = compute(rows[first[missing]])
-            if len(self.values) + len(missing) > limit:
+            if len(values) + len(missing) > limit:
                 self.clear()
             for i, value in zip(missing, fresh.tolist(), strict=True):
-                known[i] = self.values[keys[i]] = value
-                self._bytes += len(keys[i]) + _ENTRY_OVERHEAD
+                known[i] = values[keys[i]] = value
+            self._bytes += len(missing) * _ENTRY_OVERHEAD
+        if len(known) == 1:
+            return np.full(len(rows), known[0])
         return np.array(known, dtype=float)[inverse]

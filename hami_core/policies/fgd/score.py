@@ -100,9 +100,25 @@ def device_select(policy: GpuPolicy) -> str:
     return "binpack" if policy.has("topology-aware") else "spread"
 
 
-def node_scores(pod: Mapping[str, Any], batch: NodeBatch, policy: GpuPolicy, workload: Workload | None) -> np.ndarray:
+def node_scores(pod: Mapping[str, Any], batch: NodeBatch, policy: GpuPolicy, workload: Workload | None,
+                scope: NodeBatch | None = None) -> np.ndarray:
     """The score of every node of ``batch`` for ``pod``: ``quantised growth x 100 + tie-break`` (``INFEASIBLE`` where
-    its devices cannot go); the tie-break alone while ``workload`` knows no class."""
+    its devices cannot go); the tie-break alone while ``workload`` knows no class.
+
+    Where the engine says which nodes passed its capacity prefilter (``batch.possible``) only those are scored, the
+    others get ``INFEASIBLE`` (their scores are not read); the reservation term's claims are still made on the whole
+    batch (``scope``: the batch the claims are made on, when ``batch`` is a part of it)."""
+    mask = batch.possible
+    if (mask is not None and batch.cache is not None and batch.rows is not None and batch.generations is not None
+            and isinstance(workload, Workload) and workload.classes and not mask.all()):
+        at = np.flatnonzero(mask)
+        nodes = batch.nodes
+        part = NodeBatch([nodes[i] for i in at.tolist()], np.asarray(batch.totals)[at],
+                         rows=np.asarray(batch.rows)[at], generations=np.asarray(batch.generations)[at],
+                         shapes=batch.shapes, workload=batch.workload, cache=batch.cache, host=batch.host)
+        out = np.full(len(nodes), INFEASIBLE)
+        out[at] = node_scores(pod, part, policy, workload, scope=batch)
+        return out
     ties = workload.tie_break if isinstance(workload, Workload) else "packing"
     if ties == "order":
         tie = order_scores(batch.rows if batch.rows is not None else np.arange(len(batch.nodes)))
@@ -111,7 +127,7 @@ def node_scores(pod: Mapping[str, Any], batch: NodeBatch, policy: GpuPolicy, wor
     if not isinstance(workload, Workload) or not workload.classes:
         return tie  # nothing learned yet (or a hand-built batch): packing (balance needs the mix) or order alone
     select = device_select(policy)
-    host = host_requests(pod)
+    host = batch.host if batch.host is not None else host_requests(pod)
     if batch.cache is not None and batch.rows is not None and batch.generations is not None:
         state = batch.cache.get(CACHE_KEY)
         if not isinstance(state, FgdState):
@@ -124,7 +140,13 @@ def node_scores(pod: Mapping[str, Any], batch: NodeBatch, policy: GpuPolicy, wor
         growth = state.compute(rows, rows.astype(np.int64) + 1, batch.nodes, tuple(batch.shapes), workload, select,
                                policy.weights, host)
     if workload.reserve > 0 and workload.typed:
-        growth = growth + workload.reserve * claimed_growth(state, rows, tuple(batch.shapes), workload, batch.cache)
+        scope_rows = None
+        if scope is not None and scope.rows is not None and scope.generations is not None:
+            scope_rows = np.asarray(scope.rows, dtype=np.intp)
+            state.refresh(scope_rows, np.asarray(scope.generations, dtype=np.int64), scope.nodes, tuple(batch.shapes),
+                          workload)
+        growth = growth + workload.reserve * claimed_growth(state, rows, tuple(batch.shapes), workload, batch.cache,
+                                                            scope_rows)
     if ties == "balance":
         shapes = tuple(batch.shapes)
         need = (float(host[0]), sum(s.nums * shape_share(s) for s in shapes))
@@ -137,12 +159,14 @@ def node_scores(pod: Mapping[str, Any], batch: NodeBatch, policy: GpuPolicy, wor
 
 
 def claimed_growth(state: FgdState, rows: np.ndarray, shapes: tuple[Shape, ...], workload: Workload,
-                   cache: dict[str, Any] | None = None) -> np.ndarray:
+                   cache: dict[str, Any] | None = None, scope: np.ndarray | None = None) -> np.ndarray:
     """Per row, the growth (milli) of the pod's ``shapes`` taking device types that more constrained classes claim
     (:mod:`.scarcity`), from the row stores :meth:`FgdState.growth` refreshed. The claims are made on the free
-    share of each type over the batch's rows: the engine's batch is every node that can take pods. ``cache``
-    (the engine's plugin cache) keeps each backend's :class:`~.scarcity.Claims` while the mix stands."""
+    share of each type over the batch's rows (``scope``, where ``rows`` are a part of the batch: its rows, refreshed
+    in the stores too): the engine's batch is every node that can take pods. ``cache`` (the engine's plugin cache)
+    keeps each backend's :class:`~.scarcity.Claims` while the mix stands."""
     total = np.zeros(len(rows))
+    over = rows if scope is None else scope
     memo = cache.setdefault(CLAIMS_KEY, {}) if cache is not None else {}
     for backend in sorted({s.backend for s in shapes if not s.deviceless}):
         store = state.stores.get(backend)
@@ -154,15 +178,15 @@ def claimed_growth(state: FgdState, rows: np.ndarray, shapes: tuple[Shape, ...],
             claims = memo[backend] = ((workload.version, types), Claims(workload.for_backend(backend), types))
         if not claims[1].constrained:
             continue
-        type_idx = store.type_idx[rows]
+        type_idx = store.type_idx[over]
         first = type_idx[:, :1]
         if np.all((type_idx == first) | (type_idx < 0)):  # one type per node: its free share is the row's
-            free = np.bincount(first[:, 0][first[:, 0] >= 0], weights=store.free[rows][first[:, 0] >= 0],
+            free = np.bincount(first[:, 0][first[:, 0] >= 0], weights=store.free[over][first[:, 0] >= 0],
                                minlength=len(types))
         else:
-            shares, valid = store.view(rows).free_share(), type_idx >= 0
+            shares, valid = store.view(over).free_share(), type_idx >= 0
             free = np.bincount(type_idx[valid], weights=shares[valid], minlength=len(types))
-        total += claimed_penalty(claims[1], free, [s for s in shapes if s.backend == backend], type_idx)
+        total += claimed_penalty(claims[1], free, [s for s in shapes if s.backend == backend], store.type_idx[rows])
     return total
 
 
