@@ -14,12 +14,14 @@ from typing import Any
 
 import numpy as np
 
-from hami_core.policies.fgd.fragmentation import DeviceArrays, Mix, MixState
+from hami_core.policies.fgd.fragmentation import DeviceArrays, Mix, MixState, _host_fits, free_share_of
 from hami_core.policies.fgd.mix import MixClass
 
 _FIELDS = 7  # health, used, count, usedcores, totalcore, usedmem, totalmem
 #: Distinct device states a store numbers before it starts its numbering afresh (:attr:`RowStore.epoch`).
 _MAX_DEVICE_IDS = 200_000
+#: Stale rows from which :meth:`RowStore._rebuild` computes the device figures once per device state.
+_DEDUP_ROWS = 32
 
 
 class RowStore:
@@ -79,7 +81,8 @@ class RowStore:
         total = getattr(node, "host_total", (np.inf, np.inf))
         used = getattr(node, "host_used", (0, 0))
         self.host[row] = (total[0] - used[0], total[1] - used[1])
-        self.free[row] = self.view(np.array([row])).free_share().sum()
+        a = self.arr[:, row]
+        self.free[row] = free_share_of(a[0] > 0, a[3], a[4], a[5], a[6]).sum()
         if len(self._device_ids) >= _MAX_DEVICE_IDS:
             self._renumber()
         key = self.arr[:, row].tobytes() + self.type_idx[row].tobytes() + self.order[row].tobytes()
@@ -186,8 +189,11 @@ class RowStore:
                                    np.full(cap, -1, dtype=np.intp), np.zeros(cap, dtype=bool))
             self._state_stamp = np.full(cap, -1, dtype=np.int64)
         stale = rows[self._state_stamp[rows] != self.stamp[rows]]
-        if len(stale):
+        if len(stale) >= _DEDUP_ROWS and self.device_id[stale].min() >= 0:
+            fresh = self._of_distinct(stale, mix)
+        elif len(stale):
             fresh = MixState.of(self.view(stale), mix)
+        if len(stale):
             for f in MixState.__slots__:
                 target = getattr(self._state, f)
                 if target.ndim == 2:
@@ -195,6 +201,22 @@ class RowStore:
                 else:
                     target[stale] = getattr(fresh, f)
             self._state_stamp[stale] = self.stamp[stale]
+
+    def _of_distinct(self, rows: np.ndarray, mix: Mix) -> MixState:
+        """:meth:`MixState.of` of ``rows``, its device figures computed once per device state (a new mix rebuilds
+        every row, and most rows share their devices' state with others): the same arithmetic on the same inputs,
+        so the same figures; the host part (which classes fit the row's free CPU and memory) row by row."""
+        _, first, inverse = np.unique(self.device_id[rows], return_index=True, return_inverse=True)
+        inverse = inverse.ravel()
+        dev = self.view(rows[first])
+        share = dev.free_share()
+        total = share.sum(axis=1)
+        c = mix.counts(dev, share, total)
+        n, strand, total = c.n[:, inverse], c.strand[:, inverse], total[inverse]
+        fits = (n >= mix.nums[:, None]) & _host_fits(self.host[rows], mix)
+        frag = np.where(fits, strand, total)
+        return MixState(n, strand, frag, total, mix.weight @ frag, c.n_base[:, inverse], c.s_base[:, inverse],
+                        c.row_type[inverse], c.mixed[inverse])
 
     def _take(self, rows: np.ndarray) -> MixState:
         """The state's columns for ``rows``, gathered into buffers this store reuses.
