@@ -139,7 +139,12 @@ class DeviceMemo:
                                                                  -1, dtype=np.intp)])
         at = self.slot_of[ids]
         bases = self._base_slots(mix)
-        if (at < 0).any():
+        if len(rows) == 1 and at[0] < 0:  # a changed node (most calls): no grouping
+            start = self._grow(1)
+            self.slot_of[ids] = start
+            self._compute(store, rows, request, mix, bases, weights, start)
+            at = self.slot_of[ids]
+        elif (at < 0).any():
             fresh, first = np.unique(ids[at < 0], return_index=True)
             where = np.flatnonzero(at < 0)[first]
             start = self._grow(len(fresh))
@@ -148,8 +153,11 @@ class DeviceMemo:
             at = self.slot_of[ids]
         lack = ~self.e_have[at]
         if lack.any():
-            states, first = np.unique(at[lack], return_index=True)
-            missing = ~self.have[np.ix_(bases, states)].all(axis=0)
+            if len(at) == 1:
+                states, first = at, np.zeros(1, dtype=np.intp)
+            else:
+                states, first = np.unique(at[lack], return_index=True)
+            missing = ~self.have[bases][:, states].all(axis=0)
             if missing.any():
                 # each state lacking a base once (a row of it), figures for every base of the mix (those it had
                 # are the same again)
@@ -183,8 +191,9 @@ class DeviceMemo:
         ``mix``'s bases at once (one view of the rows, one booking)."""
         dev = store.view(rows)
         spec = spec_of(request, tuple(mix.types))
-        inc = spec.usable(dev, dev.used, dev.usedcores, dev.usedmem)[0]
-        post = _Post(dev, spec.need(dev.totalmem)[0], float(spec.cores[0, 0, 0]))
+        need = spec.need(dev.totalmem)
+        inc = spec.usable(dev, dev.used, dev.usedcores, dev.usedmem, need)[0]
+        post = _Post(dev, need[0], float(spec.cores[0, 0, 0]))
         end = start + len(rows)
         # as fragmentation._growth_by_base: the row's free share (MixState.total) less the device's before, plus
         # after

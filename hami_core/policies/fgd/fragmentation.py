@@ -245,9 +245,12 @@ class _Spec:
         return np.where(self.memreq > 0, self.memreq,
                         np.where(self.pct >= 0, np.floor(totalmem * np.maximum(self.pct, 0) / 100), 0.0))
 
-    def usable(self, dev: DeviceArrays, used: np.ndarray, usedcores: np.ndarray, usedmem: np.ndarray) -> np.ndarray:
-        """``(k, rows, devices)``: which devices each shape could take, on the given usage."""
-        ok = dev.present & (used < dev.count) & (dev.totalmem - usedmem >= self.need(dev.totalmem))
+    def usable(self, dev: DeviceArrays, used: np.ndarray, usedcores: np.ndarray, usedmem: np.ndarray,
+               need: np.ndarray | None = None) -> np.ndarray:
+        """``(k, rows, devices)``: which devices each shape could take, on the given usage (``need``:
+        :meth:`need` of ``dev.totalmem``, when the caller has it)."""
+        ok = dev.present & (used < dev.count) & (dev.totalmem - usedmem >= (
+            self.need(dev.totalmem) if need is None else need))
         ok = ok & (dev.totalcore - usedcores >= self.cores)
         busy_whole = (dev.totalcore == 100) & (used > 0)
         exhausted = (dev.totalcore != 0) & (usedcores >= dev.totalcore)

@@ -16,6 +16,7 @@ See docs/fgd.md, Cost.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Hashable
 
 import numpy as np
@@ -23,7 +24,7 @@ import numpy as np
 from hami_core.policies.fgd.fragmentation import Mix
 from hami_core.policies.fgd.rowstore import RowStore
 
-__all__ = ["RowMemo", "distinct", "row_keys"]
+__all__ = ["RowMemo", "distinct", "row_key", "row_keys"]
 
 #: Bytes a memo entry holds besides its key: the dict slot, the int or tuple and the float.
 _ENTRY_OVERHEAD = 100
@@ -34,15 +35,16 @@ _KEY_BITS = 62
 class _Thresholds:
     """The sorted distinct CPU and memory figures of a mix's classes, and the bits a rank among them takes."""
 
-    __slots__ = ("bits", "cpu", "cpu_bits", "mem", "shift")
+    __slots__ = ("bits", "cpu", "cpu_bits", "cpu_list", "mem", "mem_bits", "mem_list", "shift")
 
     def __init__(self, mix: Mix) -> None:
         self.cpu = np.unique(mix.cpu)
         self.mem = np.unique(mix.mem)
+        self.cpu_list, self.mem_list = self.cpu.tolist(), self.mem.tolist()  # for one row's key, in plain Python
         # a rank is 0..len: how many of the figures are at or below the free resource
         self.cpu_bits = len(self.cpu).bit_length()
-        mem_bits = len(self.mem).bit_length()
-        self.shift = self.cpu_bits + mem_bits  # one (CPU, memory) rank pair
+        self.mem_bits = len(self.mem).bit_length()
+        self.shift = self.cpu_bits + self.mem_bits  # one (CPU, memory) rank pair
         self.bits = 2 * self.shift + 2  # before and after the pod, and whether the pod's own CPU and memory fit
 
 
@@ -66,6 +68,21 @@ def row_keys(store: RowStore, rows: np.ndarray, mix: Mix, host_need: tuple[float
     if t.bits <= _KEY_BITS - 1 and (not len(ids) or int(ids.max()) < 1 << (_KEY_BITS - t.bits)):
         return (ids << t.bits) | rank
     return np.stack([ids, rank], axis=1)
+
+
+def row_key(store: RowStore, row: int, host_need: tuple[float, float], t: _Thresholds) -> Hashable:
+    """:func:`row_keys` of one row, in plain Python (``bisect_right`` is ``searchsorted(side="right")``): what a
+    changed node, most calls, costs."""
+    cpu, mem = store.host[row].tolist()
+    cpu_after, mem_after = cpu - host_need[0], mem - host_need[1]
+    rank = (bisect.bisect_right(t.cpu_list, cpu) | bisect.bisect_right(t.mem_list, mem) << t.cpu_bits
+            | bisect.bisect_right(t.cpu_list, cpu_after) << t.shift
+            | bisect.bisect_right(t.mem_list, mem_after) << (t.shift + t.cpu_bits)
+            | (cpu_after >= 0) << (2 * t.shift) | (mem_after >= 0) << (2 * t.shift + 1))
+    ident = int(store.device_id[row])
+    if t.bits <= _KEY_BITS - 1 and ident < 1 << (_KEY_BITS - t.bits):
+        return ident << t.bits | rank
+    return ident, rank
 
 
 def distinct(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -124,14 +141,21 @@ class RowMemo:
         if mix is not self._mix or store.epoch != self._epoch or self._thresholds is None:
             self._mix, self._epoch, self._thresholds = mix, store.epoch, _Thresholds(mix)
             self.clear()
+        values = self.values
+        if len(rows) == 1:  # a changed node (most calls): one key, no arrays
+            key = row_key(store, int(rows[0]), host_need, self._thresholds)
+            value = values.get(key)
+            if value is None:
+                value = float(compute(rows)[0])
+                if len(values) + 1 > limit:
+                    self.clear()
+                values[key] = value
+                self._bytes += _ENTRY_OVERHEAD
+            return np.full(1, value)
         codes = row_keys(store, rows, mix, host_need, self._thresholds)
-        if len(rows) == 1:  # a changed node (most calls): no grouping
-            first, inverse = np.zeros(1, dtype=np.intp), np.zeros(1, dtype=np.intp)
-        else:
-            first, inverse = distinct(codes)
+        first, inverse = distinct(codes)
         picked = codes[first]
         keys: list[Hashable] = picked.tolist() if picked.ndim == 1 else [tuple(k) for k in picked.tolist()]
-        values = self.values
         known = [values.get(k) for k in keys]
         missing = [i for i, v in enumerate(known) if v is None]
         if missing:
