@@ -217,7 +217,7 @@ class DeviceMemo:
         ub2 = base_spec.usable(dev, post.used, post.cores, post.mem)
         n2 = n_base[:, :, None] - ub + ub2
         s2 = s_base[:, :, None] - np.where(ub, 0.0, post.share) + np.where(ub2, 0.0, post.post_share)
-        where = np.ix_(bases, states)
+        where = (bases[:, None], states[None, :])  # np.ix_'s indices, without its cost
         self.n2[where] = n2
         self.s2[where] = s2
         self.have[where] = True
