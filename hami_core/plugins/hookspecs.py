@@ -340,7 +340,9 @@ def hami_prescore_nodes(pod: Mapping[str, Any], batch: NodeBatch, policy: GpuPol
     weighing 0 is not called. ``batch.workload`` is the engine's plugin state (:func:`hami_policy_setup`).
     Because these scores do not depend on where the pod's devices would go, the
     engine can fit nodes best-first and stop at the first that fits when no plugin implements
-    :func:`hami_score_nodes` (``Engine.schedule(..., limit=1)``).
+    :func:`hami_score_nodes` (``Engine.schedule(..., limit=1)``). It then applies its capacity prefilter first:
+    when no candidate has the capacity this hook is not called, and otherwise ``batch.possible`` marks the
+    candidates it kept; the others' scores are never read, so a costly scorer may skip them.
 
     :returns: one float per node in ``batch.nodes`` order, or ``None``.
     """
