@@ -10,13 +10,14 @@ under node policy ``fgd``) is :func:`fgd_device_order`'s.
 
 from __future__ import annotations
 
+import copy
 import random
 
 import numpy as np
 import pytest
 
 from hami_core.engine.workload import Shape
-from hami_core.plugins.types import MEM_PERCENTAGE_UNSET, DeviceInfo, DeviceUsage
+from hami_core.plugins.types import MEM_PERCENTAGE_UNSET, DeviceInfo, DeviceUsage, NodeBatch
 from hami_core.policies.fgd.fragmentation import (
     DeviceArrays,
     _mix_of,
@@ -142,3 +143,36 @@ def test_order_from_the_growth_memo_is_the_device_order(seed: int) -> None:
     if len(usable_devices(node.devices["ACME"], Shape("ACME", 1, 10))) > 1:
         assert state.device_order(node, "ACME", Shape("ACME", 1, 10), (0, 0), (1, 1, 1), workload,
                                   node.devices["ACME"]) is None
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_nodes_alike_share_their_order_through_the_growth_memo(seed: int) -> None:
+    """Once the growth has filled the request's memo, alike nodes (one device state, the same fits) are ordered from
+    it: the same order :func:`fgd_device_order` gives, for any GPU-policy order of each node's devices."""
+    rng = random.Random(500 + seed)
+    base = [_device(rng, j) for j in range(rng.randint(3, 8))]
+    for d in base:
+        d.type, d.health = "ACME-X1", True
+    stamps = np.arange(1, 7, dtype=np.int64)
+    table = _Table(stamps)
+    nodes = [_Node(copy.deepcopy(base), r, table, 16000.0) for r in range(6)]
+    workload = _workload(rng)
+    request = Shape("ACME", 1, 10, 0, MEM_PERCENTAGE_UNSET)
+    host, weights = (1000, 0), (1, 1, 1)
+    state = FgdState()
+    rows = np.arange(6, dtype=np.intp)
+    batch = NodeBatch(nodes, np.zeros((6, 6)), rows=rows, generations=stamps, shapes=(request,), workload=workload,
+                      cache={})
+    state.growth(batch, workload, "fgd", weights, host)
+    memo = state._row_memos[("ACME", request, weights, "fgd")]
+    assert not memo.orders
+    perms = [rng.sample(range(len(base)), len(base)) for _ in range(2)]  # two GPU-policy orders
+    for k, node in enumerate(nodes + nodes):
+        ordered = [node.devices["ACME"][i] for i in perms[k % 2]]
+        want = fgd_device_order(ordered, request, workload.for_backend("ACME"), node.host_total, host, weights)
+        got = state.device_order(node, "ACME", request, host, weights, workload, ordered)
+        if len(usable_devices(ordered, request)) > 1:
+            assert got is not None and [d.id for d in got] == [d.id for d in want]
+    if len(usable_devices(base, request)) > 1:
+        # one entry per listed order: the other ten nodes were answered from the memo
+        assert len(memo.orders) == len({tuple(p) for p in perms})

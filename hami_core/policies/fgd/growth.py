@@ -525,19 +525,34 @@ class FgdState:
                 or store.stamp[row] != table.generation[row]):
             return None
         mix = store.mix_for(workload.version, workload.for_backend(backend))
+        column = {id(d): j for j, d in enumerate(node.devices.get(backend, ()))}
+        at = [column.get(id(d), -1) for d in ordered]
+        if -1 in at:
+            return None
+        # nodes alike order alike: the order is a function of the growth's row key and of where each listed device
+        # sits in the row (the memo the growth filled; the order's ties go by list position)
+        memo = self._row_memos.get((backend, shape, weights, "fgd"))
+        key = memo.key_of(store, row, mix, host) if memo is not None else None
+        if key is not None:
+            key = (key, tuple(at))
+            known = memo.orders.get(key) if memo is not None else None
+            if known is not None:
+                return [ordered[i] for i in known]
         rows = np.array([row], dtype=np.intp)
         weighted, row_type, mixed = store.row_figures(rows, mix)
         if mixed[0] or not len(mix):
             return None
         inc, delta, _, _ = device_deltas(store, rows, shape, mix, weights, host, self._device_memo(shape, weights),
                                          weighted, row_type)
-        column = {id(d): j for j, d in enumerate(node.devices.get(backend, ()))}
-        at = [column.get(id(d), -1) for d in ordered]
         can = inc[0].tolist()
-        if -1 in at or sum(can) != len(usable) or not all(can[at[i]] for i in usable):
+        if sum(can) != len(usable) or not all(can[at[i]] for i in usable):
             return None
         growth = delta[0].tolist()
-        return order_by_growth(ordered, usable, [growth[j] for j in at], weights)
+        result = order_by_growth(ordered, usable, [growth[j] for j in at], weights)
+        if key is not None and memo is not None:
+            position = {id(d): i for i, d in enumerate(ordered)}
+            memo.keep_order(key, tuple(position[id(d)] for d in result), 4 * len(store.stamp) + 256)
+        return result
 
     # ------------------------------------------------------------------------------------ shared
     def compute(self, rows: np.ndarray, stamps: np.ndarray, nodes: Sequence[Any], shapes: Sequence[Shape],

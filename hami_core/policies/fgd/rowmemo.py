@@ -115,7 +115,7 @@ class RowMemo:
     :class:`Mix`: cleared when the mix (a new mix version) or the store's device numbering (its epoch: a wider store
     starts one) changes."""
 
-    __slots__ = ("_bytes", "_epoch", "_mix", "_thresholds", "values")
+    __slots__ = ("_bytes", "_epoch", "_mix", "_thresholds", "orders", "values")
 
     def __init__(self) -> None:
         self._mix: Mix | None = None
@@ -123,10 +123,26 @@ class RowMemo:
         self._bytes = 0
         self._thresholds: _Thresholds | None = None
         self.values: dict[Hashable, float] = {}
+        #: the device order (:meth:`FgdState.device_order`) by (key, each listed device's column): positions in the
+        #: list, most growth first as the fit wants them
+        self.orders: dict[Hashable, tuple[int, ...]] = {}
 
     def clear(self) -> None:
         self.values.clear()
+        self.orders.clear()
         self._bytes = 0
+
+    def key_of(self, store: RowStore, row: int, mix: Mix, host_need: tuple[float, float]) -> Hashable | None:
+        """:func:`row_key` of ``row`` where the memo holds ``mix`` on ``store`` as it is (else None)."""
+        if mix is not self._mix or store.epoch != self._epoch or self._thresholds is None:
+            return None
+        return row_key(store, row, host_need, self._thresholds)
+
+    def keep_order(self, key: Hashable, order: tuple[int, ...], limit: int) -> None:
+        if len(self.orders) >= limit:
+            self.orders.clear()
+        self.orders[key] = order
+        self._bytes += _ENTRY_OVERHEAD + 8 * len(order)
 
     @property
     def nbytes(self) -> int:
