@@ -10,15 +10,22 @@ regeneration tests check the checked-in stubs are byte-identical to a fresh run.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-__all__ = ["OUTPUTS", "generate", "header", "repo_root"]
+__all__ = ["GRPC_FLOOR", "OUTPUTS", "generate", "header", "repo_root"]
 
 OUTPUTS = ("api_pb2.py", "api_pb2_grpc.py")
+
+#: The grpcio the stubs ask for at import (``GRPC_GENERATED_VERSION``): the floor the project declares for grpcio
+#: (pyproject's ``grpcio>=``), not the version of the grpcio-tools that happened to generate them, so a newer
+#: grpcio-tools regenerates the same files and the stubs import on every grpcio the project accepts.
+GRPC_FLOOR = "1.85.1"
+_GRPC_VERSION = re.compile(r"^GRPC_GENERATED_VERSION = '[^']*'$", re.MULTILINE)
 
 
 def repo_root() -> Path:
@@ -43,6 +50,7 @@ def generate(proto: str, out_dir: Path, head: str, root: Path | None = None) -> 
         result = {}
         for name in OUTPUTS:
             text = head + (work / proto).with_name(name).read_text(encoding="utf-8")
+            text = _GRPC_VERSION.sub(f"GRPC_GENERATED_VERSION = '{GRPC_FLOOR}'", text)
             (out_dir / name).write_text(text, encoding="utf-8")
             result[name] = text
     return result

@@ -42,3 +42,19 @@ def test_method_paths() -> None:
                                             "Allocate", "PreStartContainer"]
     assert dp.methods_by_name["ListAndWatch"].server_streaming
     assert pb.DESCRIPTOR.services_by_name["Registration"].full_name == "v1beta1.Registration"
+
+
+def test_the_stubs_ask_for_the_grpcio_the_project_declares() -> None:
+    """The generated stubs' grpcio check names pyproject's floor for grpcio, whichever grpcio-tools generated them:
+    a newer grpcio-tools regenerates identical files, and the stubs import on the oldest grpcio the project allows."""
+    import re
+    import tomllib
+
+    from hami_core.protogen import GRPC_FLOOR
+
+    project = tomllib.loads((regen.repo_root() / "pyproject.toml").read_text(encoding="utf-8"))
+    deps = [d for group in project["project"]["optional-dependencies"].values() for d in group]
+    floors = {m[1] for d in deps if (m := re.fullmatch(r"grpcio>=([0-9.]+)", d.replace(" ", "")))}
+    assert floors == {GRPC_FLOOR}
+    stub = (regen.repo_root() / Path(regen.PROTO).parent / "api_pb2_grpc.py").read_text(encoding="utf-8")
+    assert f"GRPC_GENERATED_VERSION = '{GRPC_FLOOR}'" in stub
