@@ -15,7 +15,9 @@ from hami_core.plugins.fit import standard_fit
 from hami_core.plugins.types import (
     MEM_PERCENTAGE_UNSET,
     DeviceBackend,
+    DeviceInfo,
     DeviceRequest,
+    DeviceUsage,
     Mutation,
     ResourceNames,
 )
@@ -79,6 +81,16 @@ def acme_device(i: int, *, count: int = 10, devmem: int = 8000, devcore: int = 1
                 health: bool = True, type: str = "ACME-X1", id: str | None = None) -> dict[str, Any]:
     return {"id": id or f"dev{i}", "index": i, "count": count, "devmem": devmem, "devcore": devcore,
             "type": type, "numa": numa, "health": health}
+
+
+def acme_usage(i: int, used_milli: int = 0, type: str = "ACME-X1") -> DeviceUsage:
+    """A 4-slot ACME card of 1,000 MiB and 100 cores with ``used_milli`` of it taken by one pod (cores and memory
+    alike): the devices the fgd policy's tests build nodes of."""
+    d = DeviceUsage(DeviceInfo(id=f"g{i}", index=i, count=4, devmem=1000, devcore=100, type=type, numa=0,
+                               health=True))
+    if used_milli:
+        d.used, d.usedcores, d.usedmem = 1, used_milli // 10, used_milli
+    return d
 
 
 def make_node(name: str, devices: Iterable[Mapping[str, Any]] = (), *, annotations: Mapping[str, str] | None = None,

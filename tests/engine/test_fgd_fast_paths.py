@@ -14,16 +14,16 @@ from typing import Any
 
 import numpy as np
 import pytest
-from core_helpers import acme, acme_device, make_node, make_pod, scheduled
+from core_helpers import acme, acme_device, acme_usage, make_node, make_pod, scheduled
 
 from hami_core.engine.workload import DEVICELESS, Shape
-from hami_core.plugins.types import DeviceInfo, DeviceUsage, GpuPolicy, NodeBatch
+from hami_core.plugins.types import DeviceUsage, GpuPolicy, NodeBatch
 from hami_core.policies.fgd import growth as growth_module
 from hami_core.policies.fgd import plugin as fgd_plugin
 from hami_core.policies.fgd.fragmentation import MixState
 from hami_core.policies.fgd.growth import FgdState, node_growth
 from hami_core.policies.fgd.mix import Workload
-from hami_core.policies.fgd.rowmemo import _Thresholds, row_key, row_keys
+from hami_core.policies.fgd.rowmemo import row_key, row_keys
 from hami_core.policies.fgd.rowstore import RowStore
 from hami_core.policies.fgd.score import INFEASIBLE, node_scores
 
@@ -35,16 +35,8 @@ class _Node:
         self.host_used = [0.0, 0.0]
 
 
-def _device(i: int, used_milli: int, type: str = "ACME-X1") -> DeviceUsage:
-    d = DeviceUsage(DeviceInfo(id=f"g{i}", index=i, count=4, devmem=1000, devcore=100, type=type, numa=0,
-                               health=True))
-    if used_milli:
-        d.used, d.usedcores, d.usedmem = 1, used_milli // 10, used_milli
-    return d
-
-
 def _nodes(rng: random.Random, n: int = 6, types: tuple[str, ...] = ("ACME-X1",)) -> list[_Node]:
-    nodes = [_Node([_device(j, rng.choice([0, 0, 300, 700, 1000]), rng.choice(types))
+    nodes = [_Node([acme_usage(j, rng.choice([0, 0, 300, 700, 1000]), rng.choice(types))
                     for j in range(rng.randint(1, 4))],
                    rng.choice([2000.0, 6000.0, 9000.0, 16000.0]), rng.choice([4000.0, 64000.0])) for _ in range(n)]
     return nodes + [copy.deepcopy(rng.choice(nodes)) for _ in range(3)]  # alike nodes
@@ -93,7 +85,7 @@ def test_signatures_of_one_request_share_its_memo(monkeypatch: Any) -> None:
     # one device state; free CPU 16000, 16000, 9000: a 1000-CPU pod leaves every class fit everywhere (one key for
     # the three nodes); a 3000-CPU pod leaves them fit on the first two (the same key) and the 8000-CPU class unfit
     # on the third (a key of its own)
-    nodes = [_Node([_device(0, 300), _device(1, 0)], cpu) for cpu in (16000.0, 16000.0, 9000.0)]
+    nodes = [_Node([acme_usage(0, 300), acme_usage(1, 0)], cpu) for cpu in (16000.0, 16000.0, 9000.0)]
     stamps = np.arange(1, 4, dtype=np.int64)
     request = Shape("ACME", 1, 30, 0, 30)
     workload = Workload(1, ((request, 0.5, 8000.0, 0.0), (Shape("ACME", 1, 60, 0, 60), 0.5, 0.0, 0.0)))
@@ -126,11 +118,10 @@ def test_one_rows_key_is_the_batchs(seed: int) -> None:
     store.refresh(rows, rows.astype(np.int64) + 1, nodes)
     workload = _workload(1, rng)
     mix = store.mix_for(1, workload.for_backend("ACME"))
-    t = _Thresholds(mix)
     for need in ((0, 0), (3000, 0), (8000, 4096), (20000, 100000)):
-        keys = row_keys(store, rows, mix, need, t)
+        keys = row_keys(store, rows, mix, need)
         assert keys.ndim == 1
-        assert [row_key(store, r, need, t) for r in rows.tolist()] == keys.tolist()
+        assert [row_key(store, r, mix, need) for r in rows.tolist()] == keys.tolist()
         # equal keys: equal devices and equal fits of every class before and after the pod
         host = store.host[rows]
         after = host - np.asarray(need, dtype=float)
@@ -231,8 +222,8 @@ def test_the_claims_are_made_on_every_node_not_only_the_possible_ones() -> None:
     y2_only = Shape("ACME", 1, 100, 0, 100, ("Y2",))
     anywhere = Shape("ACME", 1, 30, 0, 30)
     workload = Workload(1, ((y2_only, 0.1, 0.0, 0.0), (anywhere, 0.9, 0.0, 0.0)), ties="order")
-    nodes = [_Node([_device(j, 0, "ACME-Y2") for j in range(4)], 64000.0) for _ in range(6)]
-    nodes += [_Node([_device(j, 0, "ACME-X1") for j in range(4)], 64000.0) for _ in range(2)]
+    nodes = [_Node([acme_usage(j, 0, "ACME-Y2") for j in range(4)], 64000.0) for _ in range(6)]
+    nodes += [_Node([acme_usage(j, 0, "ACME-X1") for j in range(4)], 64000.0) for _ in range(2)]
     stamps = np.arange(1, len(nodes) + 1, dtype=np.int64)
     possible = np.array([True] + [False] * 5 + [True, False])
     pod = make_pod("p", acme(1, 300, 30))

@@ -15,9 +15,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+from core_helpers import acme_usage
 
 from hami_core.engine.workload import Shape
-from hami_core.plugins.types import DeviceInfo, DeviceUsage, NodeBatch
+from hami_core.plugins.types import DeviceUsage, NodeBatch
 from hami_core.policies.fgd import devmemo, fragmentation, rowmemo
 from hami_core.policies.fgd.fragmentation import DeviceArrays, _mix_of, _selection_key, device_growth, fgd_device_order
 from hami_core.policies.fgd.growth import FgdState, node_growth
@@ -38,16 +39,8 @@ class _Node:
         self.host_used = [0.0, 0.0]
 
 
-def _device(i: int, used_milli: int, type: str = "ACME-X1") -> DeviceUsage:
-    d = DeviceUsage(DeviceInfo(id=f"g{i}", index=i, count=4, devmem=1000, devcore=100, type=type, numa=0,
-                               health=True))
-    if used_milli:
-        d.used, d.usedcores, d.usedmem = 1, used_milli // 10, used_milli
-    return d
-
-
 def _node(rng: random.Random) -> _Node:
-    devs = [_device(j, rng.choice([0, 0, 300, 700, 1000]), rng.choice(["ACME-X1", "ACME-Y2"]))
+    devs = [acme_usage(j, rng.choice([0, 0, 300, 700, 1000]), rng.choice(["ACME-X1", "ACME-Y2"]))
             for j in range(rng.randint(1, 4))]
     return _Node(devs, rng.choice([4000.0, 16000.0]))
 
@@ -96,8 +89,8 @@ def test_shared_growth_equals_each_node_alone(seed: int, cache_bytes: int) -> No
 
 
 def test_alike_nodes_are_computed_once_and_a_changed_node_alone(monkeypatch: Any) -> None:
-    nodes = [_Node([_device(0, 0), _device(1, 300)], 16000.0) for _ in range(5)] + [
-        _Node([_device(0, 700), _device(1, 0)], 16000.0)]
+    nodes = [_Node([acme_usage(0, 0), acme_usage(1, 300)], 16000.0) for _ in range(5)] + [
+        _Node([acme_usage(0, 700), acme_usage(1, 0)], 16000.0)]
     stamps = np.arange(1, 7, dtype=np.int64)
     shapes, host = SIGNATURES[0]
     workload = _workload(1, random.Random(1))
@@ -148,7 +141,7 @@ def test_host_resources_split_states_only_where_a_class_fit_changes() -> None:
     workload = Workload(1, ((Shape("ACME", 1, 30, 0, 30), 0.5, 8000.0, 0.0), (Shape("ACME", 1, 60, 0, 60), 0.5, 0.0,
                                                                                0.0)))
     # the same devices; free CPU 64000 and 32000 fit every class either way, 9000 fits the CPU class only before
-    nodes = [_Node([_device(0, 300), _device(1, 0)], cpu) for cpu in (64000.0, 32000.0, 9000.0)]
+    nodes = [_Node([acme_usage(0, 300), acme_usage(1, 0)], cpu) for cpu in (64000.0, 32000.0, 9000.0)]
     stamps = np.arange(1, 4, dtype=np.int64)
     shapes, host = (Shape("ACME", 1, 30, 0, 30),), (2000, 0)
     state = FgdState()
@@ -180,7 +173,7 @@ def _full_order(devices: list[DeviceUsage], request: Shape, classes: Any, free: 
 
 @pytest.mark.parametrize("used", [[1000, 1000, 1000], [1000, 0, 1000], [700, 1000, 900], [0, 300, 1000], [0, 0, 300]])
 def test_device_order_shortcut_gives_the_full_order(used: list[int]) -> None:
-    devices = [_device(i, u) for i, u in enumerate(used)]
+    devices = [acme_usage(i, u) for i, u in enumerate(used)]
     classes = ((Shape("ACME", 1, 30, 0, 30), 0.6, 0.0, 0.0), (Shape("ACME", 1, 100, 0, 100), 0.4, 0.0, 0.0))
     request = Shape("ACME", 1, 50, 0, 50)
     got = fgd_device_order(devices, request, classes, (16000.0, 1e9), (0.0, 0.0))

@@ -197,6 +197,11 @@ def test_dominant_reason() -> None:
     assert dominant_reason({"a": "1/1 CardInsufficientCore", "b": "NodeInsufficientDevice",
                             "c": "NodeInsufficientDevice"}) == "CardInsufficientCore"
     assert dominant_reason({}) == "NoCandidateNode"
+    # a text shared by several nodes counts once per node (each distinct text is parsed once)
+    assert dominant_reason({"a": "1/1 CardUuidMismatch", "b": "1/1 CardUuidMismatch",
+                            "c": "1/1 CardInsufficientCore"}) == "CardUuidMismatch"
+    assert dominant_reason({"a": "node unregistered", "b": "node unregistered",
+                            "c": "NodeInsufficientDevice"}) == "node unregistered"
 
 
 def test_parse_seeds_and_resolve_policies() -> None:

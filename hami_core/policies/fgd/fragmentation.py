@@ -16,6 +16,7 @@ Everything is numpy over ``(classes, rows, devices)`` at once; absent devices ar
 
 from __future__ import annotations
 
+import bisect
 import functools
 import math
 from collections.abc import Mapping, Sequence
@@ -26,7 +27,7 @@ import numpy as np
 from hami_core.engine.workload import Shape
 from hami_core.plugins.types import MEM_PERCENTAGE_UNSET, DeviceUsage
 
-__all__ = ["FULL", "SELECT_MODES", "WEIGHT_FREE_SELECTS", "DeviceArrays", "Mix", "MixState", "class_deltas",
+__all__ = ["FULL", "SELECT_MODES", "WEIGHT_FREE_SELECTS", "DeviceArrays", "FitRanks", "Mix", "MixState", "class_deltas",
            "column_deltas", "device_growth", "fgd_device_order", "fragmentation", "free_share_of", "host_class_deltas",
            "host_growth", "order_by_growth", "order_without_choice", "placement_delta", "spec_of", "usable_devices"]
 
@@ -125,6 +126,7 @@ class Mix:
         #: ``(classes, types + 1)``: the types each class accepts, padding last (never); None: all accept.
         self.type_ok: np.ndarray | None = None
         self._groups: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._fit_ranks: FitRanks | None = None
         if any(s.use_types or s.nouse_types or s.deviceless for s in self.shapes):
             self.type_ok = np.array([[s.accepts(t) for t in self.types] + [False] for s in self.shapes], dtype=bool)
 
@@ -180,6 +182,13 @@ class Mix:
         return self.type_ok[:, row_type]
 
     @property
+    def fit_ranks(self) -> FitRanks:
+        """Where free CPU and memory rank among the classes' figures (:class:`FitRanks`), built once."""
+        if self._fit_ranks is None:
+            self._fit_ranks = FitRanks(self.cpu, self.mem)
+        return self._fit_ranks
+
+    @property
     def groups(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Classes grouped by base and device count: ``(membership (groups, classes), base of each group,
         device count of each group)``. Classes of one group fit on a device set exactly when the others do."""
@@ -192,6 +201,30 @@ class Mix:
             self._groups = (member, np.array([k[0] for k in keys], dtype=np.intp),
                             np.array([k[1] for k in keys], dtype=float))
         return self._groups
+
+
+class FitRanks:
+    """Where a node's free CPU and memory rank among a mix's classes' CPU and memory: how many of the sorted distinct
+    figures are at or below the free one. A class fits where both of its figures are at or below the free ones
+    (:func:`_host_fits`), so equal rank pairs mean the same classes fit. A pair is packed into one integer,
+    :attr:`bits` wide (the CPU rank in the low :attr:`cpu_bits`)."""
+
+    __slots__ = ("bits", "cpu", "cpu_bits", "cpu_list", "mem", "mem_list")
+
+    def __init__(self, cpu: np.ndarray, mem: np.ndarray) -> None:
+        self.cpu, self.mem = np.unique(cpu), np.unique(mem)
+        self.cpu_list, self.mem_list = self.cpu.tolist(), self.mem.tolist()  # for one node's pair, in plain Python
+        self.cpu_bits = len(self.cpu).bit_length()  # a rank is 0..len
+        self.bits = self.cpu_bits + len(self.mem).bit_length()
+
+    def ranks(self, free: np.ndarray) -> np.ndarray:
+        """``(rows,)`` int64: each row's packed rank pair of ``free``, ``(rows, 2)`` CPU and memory."""
+        return (np.searchsorted(self.cpu, free[:, 0], side="right")
+                | np.searchsorted(self.mem, free[:, 1], side="right") << self.cpu_bits)
+
+    def rank(self, cpu: float, mem: float) -> int:
+        """:meth:`ranks` of one node (``bisect_right`` is ``searchsorted(side="right")``)."""
+        return bisect.bisect_right(self.cpu_list, cpu) | bisect.bisect_right(self.mem_list, mem) << self.cpu_bits
 
 
 @dataclass(slots=True)
@@ -282,13 +315,21 @@ class MixState:
     mixed: np.ndarray
 
     @classmethod
-    def of(cls, dev: DeviceArrays, mix: Mix) -> MixState:
+    def of(cls, dev: DeviceArrays, mix: Mix, spread: np.ndarray | None = None,
+           host: np.ndarray | None = None) -> MixState:
+        """The state of ``dev``'s rows; with ``spread``, of rows whose devices are ``dev``'s rows ``spread`` (rows in
+        one device state computed once) and whose free CPU and memory are ``host``."""
         share = dev.free_share()
         total = share.sum(axis=1)
         c = mix.counts(dev, share, total)
-        fits = (c.n >= mix.nums[:, None]) & _host_fits(dev.host, mix)
-        frag = np.where(fits, c.strand, total)
-        return cls(c.n, c.strand, frag, total, mix.weight @ frag, c.n_base, c.s_base, c.row_type, c.mixed)
+        n, strand, n_base, s_base, row_type, mixed = c.n, c.strand, c.n_base, c.s_base, c.row_type, c.mixed
+        if spread is not None:
+            n, strand, total, n_base, s_base = n[:, spread], strand[:, spread], total[spread], n_base[:, spread], \
+                s_base[:, spread]
+            row_type, mixed = row_type[spread], mixed[spread]
+        fits = (n >= mix.nums[:, None]) & _host_fits(dev.host if host is None else host, mix)
+        frag = np.where(fits, strand, total)
+        return cls(n, strand, frag, total, mix.weight @ frag, n_base, s_base, row_type, mixed)
 
     def take(self, rows: np.ndarray) -> MixState:
         # np.take along an axis gathers several times faster than fancy indexing ``a[:, rows]``

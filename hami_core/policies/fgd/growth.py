@@ -178,6 +178,12 @@ _FIXED = 1e10
 _MEMO_CHECK = 256
 
 
+def _memo_limit(table_rows: int) -> int:
+    """Entries a :class:`RowMemo` keeps (figures, and device orders apart) before it starts afresh: a few per table
+    row, as its signatures of one request see each node in a few host states."""
+    return 4 * table_rows + 256
+
+
 def _columns(rows: np.ndarray) -> np.ndarray | slice:
     """``rows`` as a slice when they are ``0..n-1`` in order (a batch of every node), else as they are."""
     n = len(rows)
@@ -247,8 +253,7 @@ class FgdState:
         rows = np.asarray(batch.rows, dtype=np.intp)
         stamps = np.asarray(batch.generations, dtype=np.int64)
         if not shapes:
-            for backend in self._backends(shapes, workload):
-                self._store(backend, rows, stamps, batch.nodes)
+            self.refresh(rows, stamps, batch.nodes, shapes, workload)
             return self._deviceless_growth(rows, workload, host)
         key = (shapes, select, weights, host)
         cache = self.by_signature.get(key)
@@ -260,8 +265,7 @@ class FgdState:
         cache.ensure(int(rows.max()) + 1 if len(rows) else 0)
         if len(cache.stamp) != size:
             self._evict()
-        for backend in self._backends(shapes, workload):
-            self._store(backend, rows, stamps, batch.nodes)
+        self.refresh(rows, stamps, batch.nodes, shapes, workload)
         if isinstance(cache, _ClassCache):
             return self._class_growth(cache, rows, stamps, shapes, workload, select, weights, host)
         return self._weighted_growth(cache, rows, stamps, shapes, workload, select, weights, host)
@@ -299,11 +303,7 @@ class FgdState:
         crossing = np.zeros(len(rows), dtype=bool)
         for backend, mix in mixes.items():
             free = self.stores[backend].host[rows]
-            for k, figures in ((0, mix.cpu), (1, mix.mem)):
-                if need[k]:
-                    sorted_figures = np.unique(figures)
-                    crossing |= (np.searchsorted(sorted_figures, free[:, k], side="right")
-                                 != np.searchsorted(sorted_figures, free[:, k] - need[k], side="right"))
+            crossing |= mix.fit_ranks.ranks(free) != mix.fit_ranks.ranks(free - need)
         at = np.flatnonzero(crossing)
         if len(at):
             part = rows[at]
@@ -457,7 +457,7 @@ class FgdState:
         if len(stale):
             mixes = self._mixes(shapes, workload)
             out = np.zeros(len(stale))
-            limit = 4 * len(cache.stamp) + 256
+            limit = _memo_limit(len(cache.stamp))
             for i, shape in enumerate(shapes):
                 store = self.stores[shape.backend]
                 mix = mixes[shape.backend]
@@ -532,10 +532,10 @@ class FgdState:
         # nodes alike order alike: the order is a function of the growth's row key and of where each listed device
         # sits in the row (the memo the growth filled; the order's ties go by list position)
         memo = self._row_memos.get((backend, shape, weights, "fgd"))
-        key = memo.key_of(store, row, mix, host) if memo is not None else None
-        if key is not None:
-            key = (key, tuple(at))
-            known = memo.orders.get(key) if memo is not None else None
+        row_key = memo.key_of(store, row, mix, host) if memo is not None else None
+        key = (row_key, tuple(at)) if row_key is not None else None
+        if memo is not None and key is not None:
+            known = memo.orders.get(key)
             if known is not None:
                 return [ordered[i] for i in known]
         rows = np.array([row], dtype=np.intp)
@@ -549,9 +549,9 @@ class FgdState:
             return None
         growth = delta[0].tolist()
         result = order_by_growth(ordered, usable, [growth[j] for j in at], weights)
-        if key is not None and memo is not None:
+        if memo is not None and key is not None:
             position = {id(d): i for i, d in enumerate(ordered)}
-            memo.keep_order(key, tuple(position[id(d)] for d in result), 4 * len(store.stamp) + 256)
+            memo.keep_order(key, tuple(position[id(d)] for d in result), _memo_limit(len(store.stamp)))
         return result
 
     # ------------------------------------------------------------------------------------ shared
@@ -564,8 +564,7 @@ class FgdState:
         shapes = tuple(shapes)
         if not shapes and not any(host):
             return np.zeros(len(rows))
-        for backend in self._backends(shapes, workload):
-            self._store(backend, rows, stamps, nodes)
+        self.refresh(rows, stamps, nodes, shapes, workload)
         mixes = self._mixes(shapes, workload)
         if shapes and select not in WEIGHT_FREE_SELECTS:
             return self._weighted_growth(_sized(_Cache(), rows), rows, stamps, shapes, workload, select, weights,

@@ -16,12 +16,11 @@ See docs/fgd.md, Cost.
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Callable, Hashable
 
 import numpy as np
 
-from hami_core.policies.fgd.fragmentation import Mix
+from hami_core.policies.fgd.fragmentation import FitRanks, Mix
 from hami_core.policies.fgd.rowstore import RowStore
 
 __all__ = ["RowMemo", "distinct", "row_key", "row_keys"]
@@ -32,56 +31,42 @@ _ENTRY_OVERHEAD = 100
 _KEY_BITS = 62
 
 
-class _Thresholds:
-    """The sorted distinct CPU and memory figures of a mix's classes, and the bits a rank among them takes."""
-
-    __slots__ = ("bits", "cpu", "cpu_bits", "cpu_list", "mem", "mem_bits", "mem_list", "shift")
-
-    def __init__(self, mix: Mix) -> None:
-        self.cpu = np.unique(mix.cpu)
-        self.mem = np.unique(mix.mem)
-        self.cpu_list, self.mem_list = self.cpu.tolist(), self.mem.tolist()  # for one row's key, in plain Python
-        # a rank is 0..len: how many of the figures are at or below the free resource
-        self.cpu_bits = len(self.cpu).bit_length()
-        self.mem_bits = len(self.mem).bit_length()
-        self.shift = self.cpu_bits + self.mem_bits  # one (CPU, memory) rank pair
-        self.bits = 2 * self.shift + 2  # before and after the pod, and whether the pod's own CPU and memory fit
+def _layout(ranks: FitRanks) -> tuple[int, int]:
+    """The packed key's layout: the bits of one rank pair (before the pod; the pair after it goes above), and of the
+    whole rank part (two pairs and whether the pod's own CPU and memory fit)."""
+    return ranks.bits, 2 * ranks.bits + 2
 
 
-def row_keys(store: RowStore, rows: np.ndarray, mix: Mix, host_need: tuple[float, float],
-             thresholds: _Thresholds | None = None) -> np.ndarray:
+def row_keys(store: RowStore, rows: np.ndarray, mix: Mix, host_need: tuple[float, float]) -> np.ndarray:
     """One key per row of ``rows``: equal exactly when the rows' devices (their number in the store,
-    :attr:`RowStore.device_id`: equal numbers for bit-for-bit equal devices) and the fit of the mix's classes
-    (CPU and memory, before and after ``host_need`` is taken) are equal, or equal ranks of the free CPU and memory
-    among the classes' (which decide those fits). ``(rows,)`` int64 where the ranks and the state's number fit in 62
+    :attr:`RowStore.device_id`: equal numbers for bit-for-bit equal devices) and the ranks of their free CPU and
+    memory among the mix's classes' (:class:`~.fragmentation.FitRanks`, which decide which classes fit), before and
+    after ``host_need`` is taken, are equal. ``(rows,)`` int64 where the ranks and the state's number fit in 62
     bits, else ``(rows, 2)``."""
-    t = thresholds if thresholds is not None else _Thresholds(mix)
+    fit = mix.fit_ranks
+    pair, bits = _layout(fit)
     host = store.host[rows]
     after = host - np.asarray(host_need, dtype=float)
-    rank = np.searchsorted(t.cpu, host[:, 0], side="right")
-    rank |= np.searchsorted(t.mem, host[:, 1], side="right") << t.cpu_bits
-    rank |= np.searchsorted(t.cpu, after[:, 0], side="right") << t.shift
-    rank |= np.searchsorted(t.mem, after[:, 1], side="right") << (t.shift + t.cpu_bits)
-    rank |= (after[:, 0] >= 0).astype(np.int64) << (2 * t.shift)
-    rank |= (after[:, 1] >= 0).astype(np.int64) << (2 * t.shift + 1)
+    rank = fit.ranks(host) | fit.ranks(after) << pair
+    rank |= (after[:, 0] >= 0).astype(np.int64) << (2 * pair)
+    rank |= (after[:, 1] >= 0).astype(np.int64) << (2 * pair + 1)
     ids = store.device_id[rows].astype(np.int64)
-    if t.bits <= _KEY_BITS - 1 and (not len(ids) or int(ids.max()) < 1 << (_KEY_BITS - t.bits)):
-        return (ids << t.bits) | rank
+    if bits <= _KEY_BITS - 1 and (not len(ids) or int(ids.max()) < 1 << (_KEY_BITS - bits)):
+        return (ids << bits) | rank
     return np.stack([ids, rank], axis=1)
 
 
-def row_key(store: RowStore, row: int, host_need: tuple[float, float], t: _Thresholds) -> Hashable:
-    """:func:`row_keys` of one row, in plain Python (``bisect_right`` is ``searchsorted(side="right")``): what a
-    changed node, most calls, costs."""
+def row_key(store: RowStore, row: int, mix: Mix, host_need: tuple[float, float]) -> Hashable:
+    """:func:`row_keys` of one row, in plain Python: what a changed node, most calls, costs."""
+    fit = mix.fit_ranks
+    pair, bits = _layout(fit)
     cpu, mem = store.host[row].tolist()
     cpu_after, mem_after = cpu - host_need[0], mem - host_need[1]
-    rank = (bisect.bisect_right(t.cpu_list, cpu) | bisect.bisect_right(t.mem_list, mem) << t.cpu_bits
-            | bisect.bisect_right(t.cpu_list, cpu_after) << t.shift
-            | bisect.bisect_right(t.mem_list, mem_after) << (t.shift + t.cpu_bits)
-            | (cpu_after >= 0) << (2 * t.shift) | (mem_after >= 0) << (2 * t.shift + 1))
+    rank = (fit.rank(cpu, mem) | fit.rank(cpu_after, mem_after) << pair
+            | (cpu_after >= 0) << (2 * pair) | (mem_after >= 0) << (2 * pair + 1))
     ident = int(store.device_id[row])
-    if t.bits <= _KEY_BITS - 1 and ident < 1 << (_KEY_BITS - t.bits):
-        return ident << t.bits | rank
+    if bits <= _KEY_BITS - 1 and ident < 1 << (_KEY_BITS - bits):
+        return ident << bits | rank
     return ident, rank
 
 
@@ -115,13 +100,12 @@ class RowMemo:
     :class:`Mix`: cleared when the mix (a new mix version) or the store's device numbering (its epoch: a wider store
     starts one) changes."""
 
-    __slots__ = ("_bytes", "_epoch", "_mix", "_thresholds", "orders", "values")
+    __slots__ = ("_bytes", "_epoch", "_mix", "orders", "values")
 
     def __init__(self) -> None:
         self._mix: Mix | None = None
         self._epoch = -1
         self._bytes = 0
-        self._thresholds: _Thresholds | None = None
         self.values: dict[Hashable, float] = {}
         #: the device order (:meth:`FgdState.device_order`) by (key, each listed device's column): positions in the
         #: list, most growth first as the fit wants them
@@ -134,9 +118,9 @@ class RowMemo:
 
     def key_of(self, store: RowStore, row: int, mix: Mix, host_need: tuple[float, float]) -> Hashable | None:
         """:func:`row_key` of ``row`` where the memo holds ``mix`` on ``store`` as it is (else None)."""
-        if mix is not self._mix or store.epoch != self._epoch or self._thresholds is None:
+        if mix is not self._mix or store.epoch != self._epoch:
             return None
-        return row_key(store, row, host_need, self._thresholds)
+        return row_key(store, row, mix, host_need)
 
     def keep_order(self, key: Hashable, order: tuple[int, ...], limit: int) -> None:
         if len(self.orders) >= limit:
@@ -154,12 +138,12 @@ class RowMemo:
         """The growth of every row of ``rows`` for a pod taking ``host_need``: ``compute(some rows)`` (the growth of a
         pod of that need) for one row of each key not yet known, the memo's figures for the others. At most ``limit``
         figures are kept (past it the memo starts afresh)."""
-        if mix is not self._mix or store.epoch != self._epoch or self._thresholds is None:
-            self._mix, self._epoch, self._thresholds = mix, store.epoch, _Thresholds(mix)
+        if mix is not self._mix or store.epoch != self._epoch:
+            self._mix, self._epoch = mix, store.epoch
             self.clear()
         values = self.values
         if len(rows) == 1:  # a changed node (most calls): one key, no arrays
-            key = row_key(store, int(rows[0]), host_need, self._thresholds)
+            key = row_key(store, int(rows[0]), mix, host_need)
             value = values.get(key)
             if value is None:
                 value = float(compute(rows)[0])
@@ -168,7 +152,7 @@ class RowMemo:
                 values[key] = value
                 self._bytes += _ENTRY_OVERHEAD
             return np.full(1, value)
-        codes = row_keys(store, rows, mix, host_need, self._thresholds)
+        codes = row_keys(store, rows, mix, host_need)
         first, inverse = distinct(codes)
         picked = codes[first]
         keys: list[Hashable] = picked.tolist() if picked.ndim == 1 else [tuple(k) for k in picked.tolist()]

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from hami_core.policies.fgd.fragmentation import DeviceArrays, Mix, MixState, _host_fits, free_share_of
+from hami_core.policies.fgd.fragmentation import DeviceArrays, Mix, MixState, free_share_of
 from hami_core.policies.fgd.mix import MixClass
 
 _FIELDS = 7  # health, used, count, usedcores, totalcore, usedmem, totalmem
@@ -189,11 +189,14 @@ class RowStore:
                                    np.full(cap, -1, dtype=np.intp), np.zeros(cap, dtype=bool))
             self._state_stamp = np.full(cap, -1, dtype=np.int64)
         stale = rows[self._state_stamp[rows] != self.stamp[rows]]
-        if len(stale) >= _DEDUP_ROWS and self.device_id[stale].min() >= 0:
-            fresh = self._of_distinct(stale, mix)
-        elif len(stale):
-            fresh = MixState.of(self.view(stale), mix)
         if len(stale):
+            if len(stale) >= _DEDUP_ROWS and self.device_id[stale].min() >= 0:
+                # a new mix rebuilds every row, and most rows share their devices' state with others: the device
+                # figures once per state (the same arithmetic on the same inputs), the host part row by row
+                _, first, spread = np.unique(self.device_id[stale], return_index=True, return_inverse=True)
+                fresh = MixState.of(self.view(stale[first]), mix, spread.ravel(), self.host[stale])
+            else:
+                fresh = MixState.of(self.view(stale), mix)
             for f in MixState.__slots__:
                 target = getattr(self._state, f)
                 if target.ndim == 2:
@@ -201,22 +204,6 @@ class RowStore:
                 else:
                     target[stale] = getattr(fresh, f)
             self._state_stamp[stale] = self.stamp[stale]
-
-    def _of_distinct(self, rows: np.ndarray, mix: Mix) -> MixState:
-        """:meth:`MixState.of` of ``rows``, its device figures computed once per device state (a new mix rebuilds
-        every row, and most rows share their devices' state with others): the same arithmetic on the same inputs,
-        so the same figures; the host part (which classes fit the row's free CPU and memory) row by row."""
-        _, first, inverse = np.unique(self.device_id[rows], return_index=True, return_inverse=True)
-        inverse = inverse.ravel()
-        dev = self.view(rows[first])
-        share = dev.free_share()
-        total = share.sum(axis=1)
-        c = mix.counts(dev, share, total)
-        n, strand, total = c.n[:, inverse], c.strand[:, inverse], total[inverse]
-        fits = (n >= mix.nums[:, None]) & _host_fits(self.host[rows], mix)
-        frag = np.where(fits, strand, total)
-        return MixState(n, strand, frag, total, mix.weight @ frag, c.n_base[:, inverse], c.s_base[:, inverse],
-                        c.row_type[inverse], c.mixed[inverse])
 
     def _take(self, rows: np.ndarray) -> MixState:
         """The state's columns for ``rows``, gathered into buffers this store reuses.
